@@ -1,0 +1,43 @@
+"""The ``securefgl`` command line: wires commands; each command lives in its own module.
+
+Every :class:`~securefgl.errors.SecureFGLError` becomes a one-line message on stderr and the exit code
+of its class (see ``securefgl --help``): 2 bad configuration, 3 unsupported combination, 4 dataset
+files missing, 5 training failed, 6 protocol aborted.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from securefgl.errors import SecureFGLError
+
+app = typer.Typer(
+    name="securefgl",
+    help=(
+        "Privacy-preserving federated graph learning: the server only ever sees sums.\n\n"
+        "Exit codes: 0 ok, 1 other error, 2 bad configuration, 3 unsupported combination, "
+        "4 dataset files missing, 5 training failed, 6 protocol aborted."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    pretty_exceptions_enable=False,
+)
+
+# Command modules register themselves on ``app`` when imported (one import per module, below).
+# --- command modules ---
+# --- end command modules ---
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point: run the app, turning library errors into a message and an exit code."""
+    try:
+        app(args=argv, standalone_mode=True)
+    except SecureFGLError as exc:
+        typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
+        sys.exit(exc.exit_code)
+
+
+__all__ = ["app", "main"]
