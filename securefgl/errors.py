@@ -27,6 +27,8 @@ __all__ = [
     "InvalidMessage",
     "PrivacyBudgetError",
     "AttackNotApplicableError",
+    "RequestRefusedError",
+    "NothingToAttackError",
 ]
 
 
@@ -132,3 +134,18 @@ class PrivacyBudgetError(ConfigError):
 
 class AttackNotApplicableError(ConfigError):
     """An attack does not apply to the chosen algorithm, protocol or view."""
+
+
+class RequestRefusedError(ProtocolError):
+    """An honest party refused a request that would reveal more than the protocol allows.
+
+    Example: a server asking a SecAgg client for both the self-mask share and the mask-key share of the
+    same peer, listing a peer as both alive and dead, or naming peers that are not its neighbours.
+    """
+
+
+class NothingToAttackError(AttackNotApplicableError):
+    """The adversary's view holds nothing an attack can use (e.g. only ciphertexts it cannot open).
+
+    Raised before the attack runs; reports show such a cell as "nothing to attack", never as a zero score.
+    """

@@ -28,6 +28,9 @@ app = typer.Typer(
 
 # Command modules register themselves on ``app`` when imported (one import per module, below).
 # --- command modules ---
+import securefgl.cli.data_cmds  # noqa: E402, F401, I001
+import securefgl.cli.bench_cmd  # noqa: E402, F401, I001
+import securefgl.cli.run_cmd  # noqa: E402, F401, I001
 # --- end command modules ---
 
 

@@ -1,0 +1,733 @@
+r"""Gradient / update inversion against a client's model update: labels, then the training nodes' features.
+
+Three published attacks, adapted to node classification with GNNs:
+
+* **DLG** (Zhu, Liu, Han, "Deep Leakage from Gradients", NeurIPS 2019, https://arxiv.org/abs/1906.08935):
+  optimise dummy inputs (and labels) so that their gradient matches the observed one in Euclidean
+  distance.
+* **iDLG** (Zhao, Mopuri, Bilen, "iDLG: Improved Deep Leakage from Gradients", 2020,
+  https://arxiv.org/abs/2001.02610): the labels come analytically from the last layer. With a mean
+  cross-entropy over :math:`n` nodes the bias gradient is :math:`g_b = \frac1n\sum_i (p_i - e_{y_i})`, so
+  the label counts are
+
+  .. math::
+      \hat n_c = n\,(\bar p_c - g_{b,c}),\qquad \bar p = \tfrac1n \textstyle\sum_i p_i,
+
+  with :math:`\bar p` the model's mean prediction (estimated on the reconstruction and refined once), and
+  rounded to integers summing to :math:`n` (largest remainder). For one node this is iDLG's sign rule.
+* **Inverting Gradients** (Geiping, Bauermeister, Dröge, Moeller, NeurIPS 2020,
+  https://arxiv.org/abs/2003.14053): a cosine objective, many restarts, box/positivity priors, and the
+  simulation of several local steps for FedAvg updates.
+
+What the server observes of a FedAvg client is not a gradient but its trained model:
+:math:`\Delta_k = w_k - w` after :math:`E` local epochs. The attacker simulates the client's public
+training recipe (optimizer, learning rate, epochs; dropout off, since its masks are private) from the
+broadcast :math:`w` on dummy nodes :math:`\hat X, \hat y` and minimises
+
+.. math::
+    \mathcal L(\hat X) = 1 - \frac{\langle \hat\Delta(\hat X, \hat y), \Delta_k \rangle}
+        {\lVert \hat\Delta(\hat X, \hat y) \rVert\,\lVert \Delta_k \rVert}
+        \;+\; \lambda_1 \lVert \hat X \rVert_1 \;+\; \lambda_+ \lVert \min(\hat X, 0) \rVert_1
+
+(Euclidean :math:`\lVert \hat\Delta - \Delta_k \rVert^2` for DLG) with L-BFGS (or signed Adam) from
+several random starts. Two facts about the first layer :math:`W_1` (input dimension :math:`F`) make the
+search tractable and are used as priors:
+
+* *support*: a column :math:`f` of :math:`\Delta W_1` is exactly zero when feature :math:`f` is zero at every
+  node the update depends on (bag-of-words: the client's vocabulary leaks exactly);
+* *subspace* (SGD recipes): every row of :math:`\Delta W_1 = -\eta \sum_t \sum_i \delta_{i,t} x_i^\top`
+  lies in :math:`\mathrm{span}\{x_i\}`, so the dummy features are searched in the row space of
+  :math:`\Delta W_1` (computed by SVD), which for an MLP with :math:`n <` hidden width is exactly that span.
+
+Graph models. With the graph known (:class:`~securefgl.attacks.views.GraphKnowledge`), the unknowns are
+the features of every node in the training nodes' receptive field and the attacker runs the model on the
+client's real structure; without it, each training node is treated as isolated, so SGC/GCN reconstruct
+the *propagated* features :math:`(S^K X)_i` the model actually saw (reported separately for SGC).
+
+Metrics (after optimal matching of reconstructed to true training nodes by feature cosine, with
+:func:`scipy.optimize.linear_sum_assignment`): label accuracy (= multiset overlap of the label counts for
+the label-only attack), feature cosine, MSE, and for binary features the F1 of the recovered non-zeros
+(a reconstructed entry counts as non-zero above half of its row's maximum).
+
+Shapes:
+    ``n`` training nodes of the target, ``F`` features, ``C`` classes; updates have the model's parameter
+    shapes.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from securefgl.attacks._common import hungarian_match
+from securefgl.errors import AttackNotApplicableError, ConfigError
+
+__all__ = [
+    "InversionConfig",
+    "ModelUpdate",
+    "Reconstruction",
+    "TrainingRecipe",
+    "invert_update",
+    "label_accuracy",
+    "last_layer_bias",
+    "recover_label_counts",
+    "score_reconstruction",
+    "simulate_update",
+]
+
+_EMPTY_EDGES = torch.empty(2, 0, dtype=torch.long)
+
+
+@dataclass(frozen=True)
+class TrainingRecipe:
+    """The public local-training recipe a client follows (the server configures it).
+
+    Args:
+        epochs: Full-batch local epochs :math:`E`. (default: ``1``)
+        lr: Learning rate :math:`\\eta`. (default: ``0.01``)
+        optimizer: ``"sgd"`` or ``"adam"``. (default: ``"sgd"``)
+        weight_decay: L2 penalty added to the gradient. (default: ``0.0``)
+        momentum: SGD momentum. (default: ``0.0``)
+        prox_mu: FedProx proximal weight. (default: ``0.0``)
+    """
+
+    epochs: int = 1
+    lr: float = 0.01
+    optimizer: Literal["sgd", "adam"] = "sgd"
+    weight_decay: float = 0.0
+    momentum: float = 0.0
+    prox_mu: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.epochs < 1:
+            raise ConfigError(f"recipe epochs must be >= 1, got {self.epochs}")
+        if not self.lr > 0:
+            raise ConfigError(f"recipe lr must be > 0, got {self.lr}")
+        if self.optimizer not in ("sgd", "adam"):
+            raise ConfigError(f"recipe optimizer must be 'sgd' or 'adam', got {self.optimizer!r}")
+
+    @staticmethod
+    def from_train_config(train: Any, prox_mu: float = 0.0) -> TrainingRecipe:
+        """The recipe of a :class:`~securefgl.engine.config.TrainConfig`."""
+        return TrainingRecipe(
+            epochs=int(train.local_epochs),
+            lr=float(train.lr),
+            optimizer=train.optimizer,
+            weight_decay=float(train.weight_decay),
+            momentum=float(train.momentum),
+            prox_mu=float(prox_mu),
+        )
+
+
+@dataclass(frozen=True)
+class ModelUpdate:
+    """An update as the adversary reads it.
+
+    Args:
+        base: The broadcast parameters the training started from.
+        delta: Trained parameters minus ``base``.
+        num_nodes: Training nodes behind the update when the view reveals it (FedAvg's ``n`` block),
+            else ``None``.
+        source: ``"individual"`` (one client's exact upload), ``"masked"`` (a masked vector decoded as if it
+            were an encoding) or ``"sum"`` (the released aggregate of ``contributors`` clients).
+        contributors: Clients in the update.
+    """
+
+    base: dict[str, Tensor]
+    delta: dict[str, Tensor]
+    num_nodes: int | None
+    source: Literal["individual", "masked", "sum"] = "individual"
+    contributors: int = 1
+
+
+@dataclass(frozen=True)
+class InversionConfig:
+    """Settings of the feature reconstruction.
+
+    Args:
+        objective: ``"cosine"`` (Inverting Gradients) or ``"euclidean"`` (DLG). (default: ``"cosine"``)
+        optimizer: ``"lbfgs"`` or ``"adam"`` (signed gradients, step decay, as Inverting Gradients).
+            (default: ``"lbfgs"``)
+        iterations: Iterations per restart. (default: ``150``)
+        restarts: Random restarts; the lowest objective wins. (default: ``6``)
+        step: Adam step size. (default: ``0.1``)
+        prior: ``"none"``, ``"nonneg"`` (features >= 0) or ``"binary"`` (features in [0, 1], sparse).
+            (default: ``"none"``)
+        sparsity: L1 weight :math:`\\lambda_1` (bag-of-words). (default: ``0.0``)
+        support: Zero the features whose first-layer column of the update is zero. (default: ``True``)
+        subspace: Search in the row space of the first-layer update (SGD recipes). (default: ``True``)
+        graph_known: Use the client's graph structure if the view holds it. (default: ``True``)
+        refine_labels: Re-estimate the label counts from the reconstruction once. (default: ``True``)
+        adam_eps: Epsilon of the simulated Adam (larger than Adam's own, for stable derivatives).
+            (default: ``1e-4``)
+        max_unknown_nodes: Refuse a graph-known inversion with more unknown nodes. (default: ``2000``)
+    """
+
+    objective: Literal["cosine", "euclidean"] = "cosine"
+    optimizer: Literal["lbfgs", "adam"] = "lbfgs"
+    iterations: int = 150
+    restarts: int = 6
+    step: float = 0.1
+    prior: Literal["none", "nonneg", "binary"] = "none"
+    sparsity: float = 0.0
+    support: bool = True
+    subspace: bool = True
+    graph_known: bool = True
+    refine_labels: bool = True
+    adam_eps: float = 1e-4
+    max_unknown_nodes: int = 2000
+
+    def __post_init__(self) -> None:
+        if self.objective not in ("cosine", "euclidean"):
+            raise ConfigError(f"objective must be 'cosine' or 'euclidean', got {self.objective!r}")
+        if self.optimizer not in ("lbfgs", "adam"):
+            raise ConfigError(f"optimizer must be 'lbfgs' or 'adam', got {self.optimizer!r}")
+        if self.prior not in ("none", "nonneg", "binary"):
+            raise ConfigError(f"prior must be 'none', 'nonneg' or 'binary', got {self.prior!r}")
+        if self.iterations < 1 or self.restarts < 1:
+            raise ConfigError(f"iterations and restarts must be >= 1, got {self.iterations}, {self.restarts}")
+        if self.sparsity < 0:
+            raise ConfigError(f"sparsity must be >= 0, got {self.sparsity}")
+
+
+@dataclass
+class Reconstruction:
+    """The attacker's guess of the target's training nodes.
+
+    Args:
+        x: ``(n, F)`` reconstructed features of the training nodes.
+        y: ``(n,)`` recovered labels (aligned with ``x``).
+        label_counts: ``(C,)`` recovered label counts.
+        objective: Final objective value of the best restart.
+        graph_used: Whether the client's structure was used.
+        seconds: Wall time.
+    """
+
+    x: Tensor
+    y: Tensor
+    label_counts: Tensor
+    objective: float
+    graph_used: bool
+    seconds: float
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+# ----------------------------------------------------------------------------------------------------
+# the model side: which parameter is what, receptive fields
+# ----------------------------------------------------------------------------------------------------
+
+
+def last_layer_bias(model: torch.nn.Module, num_classes: int) -> str:
+    """Name of the output layer's bias (the last 1-D parameter of size ``C``).
+
+    Raises:
+        AttackNotApplicableError: the model has no output bias (label recovery needs it).
+    """
+    names = [n for n, p in model.named_parameters() if p.dim() == 1 and p.numel() == num_classes]
+    if not names:
+        raise AttackNotApplicableError(
+            f"{type(model).__name__} has no output-layer bias of size {num_classes}: the iDLG label rule needs one"
+        )
+    return names[-1]
+
+
+def _first_layer_weights(model: torch.nn.Module, num_features: int) -> list[str]:
+    """Parameters that multiply the raw features (2-D, last dimension ``F``)."""
+    return [n for n, p in model.named_parameters() if p.dim() == 2 and p.shape[-1] == num_features]
+
+
+def _hops(model: torch.nn.Module) -> int:
+    name = type(model).__name__.lower()
+    if name == "mlp":
+        return 0
+    if name == "sgc":
+        return int(getattr(model, "K", 2))
+    convs = getattr(model, "convs", None)
+    if convs is not None:
+        return len(convs)
+    raise AttackNotApplicableError(f"cannot tell the receptive field of model {type(model).__name__}")
+
+
+def _propagates(model: torch.nn.Module) -> bool:
+    return type(model).__name__.lower() != "mlp"
+
+
+# ----------------------------------------------------------------------------------------------------
+# simulation of the client's local training (differentiable in the dummy data)
+# ----------------------------------------------------------------------------------------------------
+
+
+def simulate_update(
+    model: torch.nn.Module,
+    base: Mapping[str, Tensor],
+    x: Tensor,
+    y_soft: Tensor,
+    recipe: TrainingRecipe,
+    *,
+    edge_index: Tensor | None = None,
+    train_index: Tensor | None = None,
+    adam_eps: float = 1e-8,
+    create_graph: bool = True,
+) -> dict[str, Tensor]:
+    """The update :math:`w_E - w_0` of ``recipe`` on nodes ``x`` with soft labels ``y_soft``.
+
+    Dropout is off (the client's masks are private). Differentiable in ``x`` and ``y_soft`` when
+    ``create_graph``.
+
+    Args:
+        model: The public architecture (only its structure is used).
+        base: Starting parameters :math:`w_0`.
+        x: ``(N, F)`` node features (all nodes of ``edge_index``).
+        y_soft: ``(n, C)`` label distributions of the training nodes.
+        recipe: The local-training recipe.
+        edge_index: ``(2, E)`` edges among the ``N`` nodes (default: none, isolated nodes).
+        train_index: ``(n,)`` rows of the training nodes (default: all rows).
+        adam_eps: Adam's epsilon in the simulation.
+        create_graph: Keep the graph for a derivative in ``x``.
+    """
+    from torch.func import functional_call
+
+    ei = _EMPTY_EDGES.to(x.device) if edge_index is None else edge_index
+    was = model.training
+    model.eval()
+    try:
+        start = {k: v.detach().to(x.dtype).clone().requires_grad_(True) for k, v in base.items()}
+        cur: dict[str, Tensor] = dict(start)
+        m = {k: torch.zeros_like(v) for k, v in cur.items()}
+        v2 = {k: torch.zeros_like(v) for k, v in cur.items()}
+        b1, b2 = 0.9, 0.999
+        for t in range(1, recipe.epochs + 1):
+            out = functional_call(model, cur, (x, ei))
+            if train_index is not None:
+                out = out[train_index]
+            loss = -(y_soft * F.log_softmax(out, dim=-1)).sum(-1).mean()
+            if recipe.prox_mu > 0:
+                loss = loss + 0.5 * recipe.prox_mu * sum(((cur[k] - start[k]) ** 2).sum() for k in cur)
+            grads = torch.autograd.grad(loss, list(cur.values()), create_graph=create_graph)
+            nxt = {}
+            for (k, w), g in zip(cur.items(), grads, strict=True):
+                if recipe.weight_decay:
+                    g = g + recipe.weight_decay * w
+                if recipe.optimizer == "sgd":
+                    if recipe.momentum:
+                        m[k] = recipe.momentum * m[k] + g if t > 1 else g
+                        g = m[k]
+                    nxt[k] = w - recipe.lr * g
+                else:
+                    m[k] = b1 * m[k] + (1 - b1) * g
+                    v2[k] = b2 * v2[k] + (1 - b2) * g * g
+                    mh = m[k] / (1 - b1**t)
+                    vh = v2[k] / (1 - b2**t)
+                    nxt[k] = w - recipe.lr * mh / (torch.sqrt(vh + 1e-30) + adam_eps)
+            cur = nxt
+        return {k: cur[k] - start[k].detach() for k in cur}
+    finally:
+        model.train(was)
+
+
+# ----------------------------------------------------------------------------------------------------
+# labels (iDLG, counts for a batch)
+# ----------------------------------------------------------------------------------------------------
+
+
+def _round_counts(expected: Tensor, n: int) -> Tensor:
+    """Non-negative integers summing to ``n`` closest to ``expected`` (largest remainder)."""
+    e = expected.clamp(min=0).to(torch.float64)
+    if float(e.sum()) <= 0:
+        e = torch.ones_like(e)
+    e = e * (n / float(e.sum()))
+    base = torch.floor(e)
+    rest = int(n - base.sum())
+    if rest > 0:
+        order = torch.argsort(e - base, descending=True)
+        base[order[:rest]] += 1
+    return base.to(torch.long)
+
+
+def recover_label_counts(
+    update: ModelUpdate,
+    model: torch.nn.Module,
+    recipe: TrainingRecipe,
+    num_classes: int,
+    *,
+    num_nodes: int,
+    mean_prediction: Tensor | None = None,
+) -> Tensor:
+    """iDLG label counts from the output bias of the update.
+
+    SGD recipes: :math:`\\hat g_b = -\\Delta b / (\\eta E)` and :math:`\\hat n = n(\\bar p - \\hat g_b)`
+    (first order in the change of the predictions over the :math:`E` steps). Adam recipes: Adam's
+    normalisation keeps little more than the sign of :math:`g_b`, so the present classes are those whose
+    bias grew, and the counts are split over them in proportion to :math:`\\bar p_c - \\hat g_{b,c}` with
+    :math:`\\hat g_b = -\\Delta b / (\\eta E)` as a (weak) magnitude proxy.
+
+    Args:
+        update: The observed update.
+        model: The architecture.
+        recipe: The training recipe.
+        num_classes: ``C``.
+        num_nodes: ``n``.
+        mean_prediction: :math:`\\bar p` if known (default: uniform :math:`1/C`).
+
+    Returns:
+        ``(C,)`` int64 counts summing to ``num_nodes``.
+    """
+    name = last_layer_bias(model, num_classes)
+    db = update.delta[name].detach().to(torch.float64).flatten()
+    if db.numel() != num_classes:
+        raise AttackNotApplicableError(f"update has no output bias of size {num_classes}")
+    p = (
+        torch.full((num_classes,), 1.0 / num_classes, dtype=torch.float64)
+        if mean_prediction is None
+        else mean_prediction.detach().to(torch.float64).flatten()
+    )
+    g = -db / (recipe.lr * recipe.epochs)
+    if recipe.optimizer == "sgd":
+        return _round_counts(num_nodes * (p - g), num_nodes)
+    present = db > 0
+    if not bool(present.any()):
+        present = db >= db.max()
+    weight = torch.where(present, (p - g).clamp(min=1e-3), torch.zeros_like(p))
+    return _round_counts(weight, num_nodes)
+
+
+def label_accuracy(pred_counts: Tensor, true_labels: Tensor, num_classes: int) -> float:
+    """Multiset overlap of recovered and true labels: :math:`\\sum_c \\min(\\hat n_c, n_c) / n`."""
+    true = torch.bincount(true_labels.cpu().long(), minlength=num_classes)
+    pc = pred_counts.cpu().long()
+    return float(torch.minimum(pc, true).sum()) / max(1, int(true.sum()))
+
+
+# ----------------------------------------------------------------------------------------------------
+# feature reconstruction
+# ----------------------------------------------------------------------------------------------------
+
+
+def _flat(d: Mapping[str, Tensor], keys: Sequence[str]) -> Tensor:
+    return torch.cat([d[k].flatten() for k in keys])
+
+
+def _support_and_basis(
+    update: ModelUpdate, firsts: Sequence[str], num_features: int, rows: int, config: InversionConfig, recipe: TrainingRecipe
+) -> tuple[Tensor | None, Tensor | None]:
+    """The feature support (zero columns of the first-layer update) and a row-space basis."""
+    if not firsts:
+        return None, None
+    w = torch.cat([update.delta[n].detach().to(torch.float64).reshape(-1, num_features) for n in firsts], 0)
+    scale = float(w.abs().max())
+    if scale == 0.0 or not math.isfinite(scale):
+        return None, None
+    support = None
+    if config.support:
+        col = w.abs().amax(0)
+        keep = col > scale * 1e-7
+        support = keep if 0 < int(keep.sum()) < num_features else None
+    basis = None
+    if config.subspace and recipe.optimizer == "sgd" and not recipe.weight_decay:
+        _, s, vh = torch.linalg.svd(w, full_matrices=False)
+        rank = int((s > float(s[0]) * 1e-6).sum())
+        if 0 < rank < num_features:
+            basis = vh[: min(rank, num_features)].to(torch.float32)
+    return support, basis
+
+
+def _prior_penalty(x: Tensor, config: InversionConfig) -> Tensor:
+    pen = x.new_zeros(())
+    if config.prior in ("nonneg", "binary"):
+        pen = pen + F.relu(-x).sum() * 10.0
+    if config.prior == "binary":
+        pen = pen + F.relu(x - 1.0).sum() * 10.0
+    if config.sparsity:
+        pen = pen + config.sparsity * x.abs().sum()
+    return pen
+
+
+def _objective(sim: dict[str, Tensor], obs: dict[str, Tensor], keys: Sequence[str], kind: str) -> Tensor:
+    a = _flat(sim, keys)
+    b = _flat(obs, keys)
+    if kind == "cosine":
+        return 1.0 - F.cosine_similarity(a, b, dim=0, eps=1e-30)
+    return ((a - b) ** 2).sum() / (b.pow(2).sum() + 1e-30)
+
+
+def _labels_from_counts(counts: Tensor) -> Tensor:
+    return torch.repeat_interleave(torch.arange(counts.numel()), counts.cpu().long())
+
+
+def invert_update(
+    update: ModelUpdate,
+    model: torch.nn.Module,
+    recipe: TrainingRecipe,
+    *,
+    num_features: int,
+    num_classes: int,
+    num_nodes: int | None = None,
+    graph: Any | None = None,
+    config: InversionConfig | None = None,
+    generator: torch.Generator | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> Reconstruction:
+    """Reconstruct the training nodes (labels and features) behind ``update``.
+
+    Args:
+        update: The observed update.
+        model: The public architecture (a securefgl model, e.g. from ``build_model``).
+        recipe: The client's public training recipe.
+        num_features: ``F``.
+        num_classes: ``C``.
+        num_nodes: Training nodes ``n`` (default: ``update.num_nodes``, else the rank of the first-layer
+            update).
+        graph: :class:`~securefgl.attacks.views.GraphKnowledge` of the target, used when
+            ``config.graph_known`` and the model propagates.
+        config: Reconstruction settings (default: :class:`InversionConfig`).
+        generator: Seeds the random starts (default: a fixed seed 0: the attack is deterministic).
+        progress: Called as ``progress(done, total)`` after every restart.
+
+    Raises:
+        AttackNotApplicableError: the update does not match the architecture, or the receptive field is
+            larger than ``config.max_unknown_nodes``.
+    """
+    cfg = config or InversionConfig()
+    gen = generator or torch.Generator().manual_seed(0)
+    t0 = time.perf_counter()
+    keys = [k for k, _ in model.named_parameters()]
+    missing = [k for k in keys if k not in update.delta or k not in update.base]
+    if missing:
+        raise AttackNotApplicableError(
+            f"the update does not match the {type(model).__name__} architecture: missing {missing[:4]}"
+        )
+    obs = {k: update.delta[k].detach().to(torch.float32) for k in keys}
+    base = {k: update.base[k].detach().to(torch.float32) for k in keys}
+    if not all(torch.isfinite(v).all() for v in obs.values()):
+        raise AttackNotApplicableError("the update holds non-finite values")
+    firsts = _first_layer_weights(model, num_features)
+
+    n = num_nodes if num_nodes is not None else update.num_nodes
+    if n is None:
+        w = torch.cat([obs[k].reshape(-1, num_features) for k in firsts], 0) if firsts else None
+        n = int(torch.linalg.matrix_rank(w.double()).item()) if w is not None else 1
+    n = max(1, int(n))
+
+    # Unknown rows: the training nodes alone, or (graph known) their receptive field.
+    edge_index = None
+    train_rows = torch.arange(n)
+    rows = n
+    graph_used = False
+    if graph is not None and cfg.graph_known and _propagates(model):
+        from torch_geometric.utils import k_hop_subgraph
+
+        tidx = graph.train_index
+        if tidx.numel() != n:
+            n = int(tidx.numel())
+        subset, sub_ei, mapping, _ = k_hop_subgraph(
+            tidx, _hops(model), graph.edge_index, relabel_nodes=True, num_nodes=graph.num_nodes
+        )
+        if subset.numel() > cfg.max_unknown_nodes:
+            raise AttackNotApplicableError(
+                f"the receptive field holds {subset.numel()} nodes > max_unknown_nodes={cfg.max_unknown_nodes}"
+            )
+        edge_index, train_rows, rows, graph_used = sub_ei, mapping, int(subset.numel()), True
+
+    support, basis = _support_and_basis(update, firsts, num_features, rows, cfg, recipe)
+    mask = support.to(torch.float32) if support is not None else None
+
+    counts = recover_label_counts(update, model, recipe, num_classes, num_nodes=n)
+    best: tuple[float, Tensor | None] = (math.inf, None)
+    passes = 2 if cfg.refine_labels else 1
+    total = passes * cfg.restarts
+    done = 0
+    for p in range(passes):
+        y_soft = F.one_hot(_labels_from_counts(counts), num_classes).to(torch.float32)
+        best = (math.inf, None)
+        for _ in range(cfg.restarts):
+            x = _optimise(model, base, obs, keys, recipe, y_soft, rows, num_features, edge_index, train_rows,
+                          basis, mask, cfg, gen)
+            with torch.enable_grad():
+                val = float(
+                    _objective(
+                        simulate_update(model, base, x, y_soft, recipe, edge_index=edge_index,
+                                        train_index=train_rows, adam_eps=cfg.adam_eps, create_graph=False),
+                        obs, keys, cfg.objective,
+                    )
+                )
+            if val < best[0] or best[1] is None:
+                best = (val, x)
+            done += 1
+            if progress is not None:
+                progress(done, total)
+        if p + 1 < passes:
+            with torch.no_grad():
+                out = model_forward(model, base, best[1], edge_index)[train_rows]
+                pbar = F.softmax(out, -1).mean(0)
+            new = recover_label_counts(update, model, recipe, num_classes, num_nodes=n, mean_prediction=pbar)
+            if torch.equal(new, counts):
+                done = total
+                break
+            counts = new
+    assert best[1] is not None
+    x_full = best[1]
+    labels = _labels_from_counts(counts)
+    return Reconstruction(
+        x=x_full[train_rows].detach().clone(),
+        y=labels,
+        label_counts=counts,
+        objective=best[0],
+        graph_used=graph_used,
+        seconds=time.perf_counter() - t0,
+        extra={"unknown_nodes": rows, "subspace_rank": 0 if basis is None else int(basis.shape[0]),
+               "support": None if support is None else int(support.sum())},
+    )
+
+
+def model_forward(model: torch.nn.Module, params: Mapping[str, Tensor], x: Tensor, edge_index: Tensor | None) -> Tensor:
+    """The model's logits with ``params`` (eval mode)."""
+    from torch.func import functional_call
+
+    was = model.training
+    model.eval()
+    try:
+        ei = _EMPTY_EDGES if edge_index is None else edge_index
+        return functional_call(model, {k: v.to(x.dtype) for k, v in params.items()}, (x, ei))
+    finally:
+        model.train(was)
+
+
+def _optimise(
+    model: torch.nn.Module,
+    base: dict[str, Tensor],
+    obs: dict[str, Tensor],
+    keys: Sequence[str],
+    recipe: TrainingRecipe,
+    y_soft: Tensor,
+    rows: int,
+    num_features: int,
+    edge_index: Tensor | None,
+    train_rows: Tensor,
+    basis: Tensor | None,
+    mask: Tensor | None,
+    cfg: InversionConfig,
+    gen: torch.Generator,
+) -> Tensor:
+    dim = basis.shape[0] if basis is not None else num_features
+    init = torch.randn(rows, dim, generator=gen)
+    if basis is None and cfg.prior in ("nonneg", "binary"):
+        init = init.abs() * 0.5
+    var = init.clone().requires_grad_(True)
+
+    def features() -> Tensor:
+        x = var @ basis if basis is not None else var
+        if mask is not None:
+            x = x * mask
+        return x
+
+    def closure_value() -> Tensor:
+        x = features()
+        sim = simulate_update(model, base, x, y_soft, recipe, edge_index=edge_index, train_index=train_rows,
+                              adam_eps=cfg.adam_eps)
+        return _objective(sim, obs, keys, cfg.objective) + _prior_penalty(x, cfg) / max(1, x.numel())
+
+    if cfg.optimizer == "lbfgs":
+        opt = torch.optim.LBFGS([var], lr=1.0, max_iter=cfg.iterations, history_size=50,
+                                line_search_fn="strong_wolfe", tolerance_grad=1e-10, tolerance_change=1e-12)
+
+        def closure() -> Tensor:
+            opt.zero_grad()
+            loss = closure_value()
+            loss.backward()
+            return loss
+
+        try:
+            opt.step(closure)
+        except RuntimeError:  # a line search that produced NaN: keep the last finite point
+            pass
+    else:
+        opt2 = torch.optim.Adam([var], lr=cfg.step)
+        marks = [int(cfg.iterations * f) for f in (0.375, 0.625, 0.875)]
+        sched = torch.optim.lr_scheduler.MultiStepLR(opt2, marks, 0.1)
+        for _ in range(cfg.iterations):
+            opt2.zero_grad()
+            loss = closure_value()
+            loss.backward()
+            if var.grad is not None:
+                var.grad.sign_()
+            opt2.step()
+            sched.step()
+    with torch.no_grad():
+        x = features().detach()
+        if not torch.isfinite(x).all():
+            x = torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)
+        if cfg.prior in ("nonneg", "binary"):
+            x = x.clamp(min=0)
+        if cfg.prior == "binary":
+            x = x.clamp(max=1)
+    return x
+
+
+# ----------------------------------------------------------------------------------------------------
+# scoring
+# ----------------------------------------------------------------------------------------------------
+
+
+def _binarize(x: Tensor) -> Tensor:
+    peak = x.amax(dim=1, keepdim=True)
+    return (x > 0.5 * peak) & (peak > 0)
+
+
+def score_reconstruction(
+    x_hat: Tensor,
+    y_hat: Tensor,
+    x_true: Tensor,
+    y_true: Tensor,
+    *,
+    num_classes: int,
+    binary: bool | None = None,
+    extra_targets: Mapping[str, Tensor] | None = None,
+) -> dict[str, float]:
+    """Match reconstructed to true nodes (Hungarian, on feature cosine) and score.
+
+    Args:
+        x_hat: ``(n', F)`` reconstructed features.
+        y_hat: ``(n',)`` recovered labels (row-aligned with ``x_hat``).
+        x_true: ``(n, F)`` true features of the training nodes.
+        y_true: ``(n,)`` true labels.
+        num_classes: ``C``.
+        binary: Whether features are binary (default: inferred from ``x_true``).
+        extra_targets: Other ``(n, F)`` targets to report the matched cosine against (e.g.
+            ``"propagated"``: SGC's :math:`(S^K X)_{train}`), matched independently.
+
+    Returns:
+        ``label_accuracy`` (after matching), ``label_multiset_accuracy``, ``feature_cosine``, ``mse``,
+        ``feature_f1`` (binary features only) and ``<name>_cosine`` per extra target.
+    """
+    xh = x_hat.detach().to(torch.float64).cpu()
+    xt = x_true.detach().to(torch.float64).cpu()
+    cos = F.normalize(xh, dim=1, eps=1e-30) @ F.normalize(xt, dim=1, eps=1e-30).T
+    r, c = hungarian_match(-cos)
+    out: dict[str, float] = {
+        "feature_cosine": float(cos[r, c].mean()),
+        "mse": float(((xh[r] - xt[c]) ** 2).mean()),
+        "label_accuracy": float((y_hat.cpu()[r] == y_true.cpu()[c]).double().mean()),
+        "label_multiset_accuracy": label_accuracy(torch.bincount(y_hat.cpu().long(), minlength=num_classes),
+                                                  y_true, num_classes),
+    }
+    is_binary = bool(((xt == 0) | (xt == 1)).all()) if binary is None else binary
+    if is_binary:
+        pred = _binarize(xh[r])
+        true = xt[c] > 0.5
+        tp = float((pred & true).sum())
+        fp = float((pred & ~true).sum())
+        fn = float((~pred & true).sum())
+        out["feature_f1"] = 2 * tp / max(1e-12, 2 * tp + fp + fn)
+    for name, target in (extra_targets or {}).items():
+        tt = target.detach().to(torch.float64).cpu()
+        cc = F.normalize(xh, dim=1, eps=1e-30) @ F.normalize(tt, dim=1, eps=1e-30).T
+        r2, c2 = hungarian_match(-cc)
+        out[f"{name}_cosine"] = float(cc[r2, c2].mean())
+    return out

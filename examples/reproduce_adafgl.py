@@ -1,0 +1,245 @@
+"""Reproduce AdaFGL's Table II cells (spec adafgl.md §5.4) under secure aggregation.
+
+For every dataset x split it builds one fixed partition (10 clients, partition seed 0, spec §7.5), prints
+the per-client homophily statistics of spec §6 (and the injection log of the structure non-iid split),
+then runs AdaFGL for every training seed and protocol through the engine (step 1 = FedAvg of a 2-layer GCN
+through the protocol, step 2 = local personalisation). It reports mean +- std (ddof = 1) of the global test
+accuracy next to the paper's numbers, the secagg-vs-plaintext gap, and the FedAvg GCN (the step-1
+extractor, same model and rounds) for comparison.
+
+Usage (the full issue table; hours on a 2-core CPU, minutes on a GPU)::
+
+    python examples/reproduce_adafgl.py --datasets cora citeseer chameleon \\
+        --splits louvain structure-noniid --seeds 0 1 2 3 4 --protocols secagg plaintext \\
+        --out adafgl_repro.json
+
+One cell, quickly::
+
+    python examples/reproduce_adafgl.py --datasets cora --splits louvain --seeds 0 --protocols secagg
+
+The same run from the command line (one cell, one protocol)::
+
+    securefgl run --algorithm adafgl --protocol secagg --dataset cora --partition louvain --clients 10 \\
+        --set partition.params.assign=greedy --set model.hidden=64 --rounds 100 --local-epochs 5 ...
+
+Datasets are read from ``--root`` (or ``$SECUREFGL_DATA``); with no network, point it at a writable copy of
+``shared/datasets``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from securefgl.algorithms._adafgl_local import client_homophily_report
+from securefgl.algorithms._adafgl_topology import adjacency, homophily_confidence_score
+from securefgl.config import build
+from securefgl.data import load_dataset, partition_graph
+from securefgl.engine.config import RunConfig
+from securefgl.engine.runner import run_seed
+
+#: Spec §5.4 Table II (AdaFGL, 10 clients): (mean, std).
+PAPER = {
+    ("cora", "louvain"): (82.9, 0.5),
+    ("cora", "structure-noniid"): (80.4, 0.8),
+    ("citeseer", "louvain"): (72.5, 0.6),
+    ("citeseer", "structure-noniid"): (69.3, 0.8),
+    ("chameleon", "louvain"): (68.9, 2.1),
+    ("chameleon", "structure-noniid"): (70.8, 2.2),
+}
+#: Table II GCN rows (with the paper's "local corrections"), for context.
+PAPER_GCN = {
+    ("cora", "structure-noniid"): 70.6,
+    ("citeseer", "structure-noniid"): 63.4,
+    ("chameleon", "structure-noniid"): 63.8,
+}
+#: Allowed distance of the mean from the paper (issue 9).
+TOLERANCE = {"cora": 2.5, "citeseer": 2.5, "chameleon": 4.0}
+#: Train/val/test ratios (Table I).
+SPLITS = {"cora": (0.2, 0.4, 0.4), "citeseer": (0.2, 0.4, 0.4), "chameleon": (0.6, 0.2, 0.2)}
+
+
+def partition_params(split: str) -> dict[str, Any]:
+    """Partitioner parameters of the two splits (spec §1.2, §1.3)."""
+    if split == "louvain":
+        return {"assign": "greedy"}  # every node assigned, FedSage+/AdaFGL packing
+    if split == "structure-noniid":
+        return {"p_homo": 0.5, "rho": 0.5, "anchor": "uniform"}
+    raise SystemExit(f"unknown split {split!r}; valid: louvain, structure-noniid")
+
+
+def run_config(args: argparse.Namespace, dataset: str, split: str, protocol: str, options: dict) -> RunConfig:
+    return build(
+        RunConfig,
+        {
+            "dataset": {"name": dataset, "root": args.root},
+            "partition": {
+                "method": split,
+                "clients": args.clients,
+                "seed": 0,
+                "split": list(SPLITS[dataset]),
+                "params": partition_params(split),
+            },
+            "protocol": {"name": protocol},
+            "algorithm": {"name": "adafgl", "options": options},
+            "model": {"name": "gcn", "hidden": 64, "layers": 2, "dropout": 0.5},
+            "train": {
+                "rounds": args.rounds,
+                "local_epochs": args.local_epochs,
+                "lr": 0.01,
+                "weight_decay": args.weight_decay,
+                "optimizer_state": args.optimizer_state,
+                "eval_every": args.eval_every,
+            },
+            "device": args.device,
+        },
+    )
+
+
+def client_table(fg: Any, seed: int = 0) -> list[dict[str, Any]]:
+    """Spec §6 per-client statistics, plus the label-light HCS estimate (eqs. 15-16) of each client."""
+    info = (fg.meta.get("info") or {}).get("clients") if isinstance(fg.meta.get("info"), dict) else None
+    rows = []
+    for i, c in enumerate(fg.clients):
+        rep = client_homophily_report(c.edge_index, c.y, fg.num_classes)
+        rep["client"] = i
+        rep["hcs_estimate"] = homophily_confidence_score(
+            adjacency(c.edge_index, c.num_nodes), c.y, c.train_mask, fg.num_classes,
+            generator=torch.Generator().manual_seed(seed + i),
+        )
+        if info is not None:
+            rep["injection"] = {k: info[i][k] for k in ("mode", "requested", "added", "shortfall", "edges_before")}
+            rep["edge_homophily_before_injection"] = info[i]["edge_homophily_before"]
+        rows.append(rep)
+    return rows
+
+
+def fmt(v: float | None, d: int = 3) -> str:
+    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.{d}f}"
+
+
+def print_clients(rows: list[dict[str, Any]]) -> None:
+    print("  client  n    |E|   iso  H_node H_edge H_class  HCS   injection")
+    for r in rows:
+        inj = r.get("injection")
+        inj_s = f"{inj['mode']} +{inj['added']} (H_edge before {fmt(r['edge_homophily_before_injection'])})" if inj else ""
+        print(
+            f"  {r['client']:>6} {r['num_nodes']:>4} {r['num_edges']:>5} {r['isolated_nodes']:>4}  "
+            f"{fmt(r['node_homophily'])}  {fmt(r['edge_homophily'])}  {fmt(r['class_homophily'])}  "
+            f"{fmt(r['hcs_estimate'], 2)}  {inj_s}"
+        )
+
+
+def mean_std(values: list[float]) -> tuple[float, float]:
+    if not values:
+        return math.nan, math.nan
+    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
+
+
+def phase_seconds(res: Any) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for r in res.rounds:
+        for kind in ("train", "crypto", "server", "eval"):
+            key = f"{r.phase}.{kind}"
+            out[key] = out.get(key, 0.0) + getattr(r, f"{kind}_seconds")
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--datasets", nargs="+", default=["cora", "citeseer", "chameleon"])
+    ap.add_argument("--splits", nargs="+", default=["louvain", "structure-noniid"])
+    ap.add_argument("--protocols", nargs="+", default=["secagg", "plaintext"])
+    ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    ap.add_argument("--clients", type=int, default=10)
+    ap.add_argument("--rounds", type=int, default=100)
+    ap.add_argument("--local-epochs", type=int, default=5)
+    ap.add_argument("--weight-decay", type=float, default=5e-4)
+    ap.add_argument("--optimizer-state", choices=["reset", "persistent"], default="reset")
+    ap.add_argument("--eval-every", type=int, default=10)
+    ap.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                    help="AdaFGL option override (JSON value), e.g. --option alpha=0.3")
+    ap.add_argument("--root", default=None, help="data root (default: $SECUREFGL_DATA)")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (1 is fastest on busy CPUs)")
+    ap.add_argument("--out", default=None, help="write every number to this JSON file")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    options = {}
+    for item in args.option:
+        key, _, value = item.partition("=")
+        options[key] = json.loads(value)
+
+    report: dict[str, Any] = {"args": vars(args), "cells": []}
+    for dataset in args.datasets:
+        data = load_dataset(dataset, args.root)
+        for split in args.splits:
+            t0 = time.perf_counter()
+            fg = partition_graph(data, split, args.clients, seed=0, split=SPLITS[dataset], root=args.root,
+                                 **partition_params(split))
+            print(f"\n== {dataset} / {split}: {fg.num_clients} clients (partition {time.perf_counter() - t0:.1f}s)")
+            rows = client_table(fg)
+            print_clients(rows)
+            cell: dict[str, Any] = {"dataset": dataset, "split": split, "clients": rows, "runs": []}
+            for protocol in args.protocols:
+                for seed in args.seeds:
+                    cfg = run_config(args, dataset, split, protocol, options)
+                    res = run_seed(cfg, fg, seed, torch.device(args.device))
+                    fed = [e for e in res.evals if e.phase == "federated"]
+                    run = {
+                        "protocol": protocol,
+                        "seed": seed,
+                        "adafgl_test_acc": res.final.overall["test_acc"],
+                        "adafgl_val_acc": res.final.overall["val_acc"],
+                        "fedavg_test_acc_last": fed[-1].overall["test_acc"] if fed else math.nan,
+                        "fedavg_test_acc_bestval": max(fed, key=lambda e: e.overall["val_acc"]).overall["test_acc"]
+                        if fed
+                        else math.nan,
+                        "seconds": res.seconds,
+                        "phase_seconds": phase_seconds(res),
+                        "bytes_up": res.bytes_up,
+                        "per_client": [c.row() for c in res.final.per_client],
+                    }
+                    cell["runs"].append(run)
+                    print(
+                        f"  {protocol:>9} seed {seed}: AdaFGL {100 * run['adafgl_test_acc']:.1f}  "
+                        f"FedAvg-GCN {100 * run['fedavg_test_acc_last']:.1f}  ({res.seconds:.0f}s)",
+                        flush=True,
+                    )
+            report["cells"].append(cell)
+            if args.out:
+                Path(args.out).write_text(json.dumps(report, indent=1, default=float))
+
+    print("\n| dataset | split | protocol | AdaFGL (ours) | paper | within | FedAvg-GCN (ours) | seeds |")
+    print("|---|---|---|---|---|---|---|---|")
+    for cell in report["cells"]:
+        key = (cell["dataset"], cell["split"])
+        paper = PAPER.get(key)
+        by_proto: dict[str, list[float]] = {}
+        for run in cell["runs"]:
+            by_proto.setdefault(run["protocol"], []).append(run)
+        for protocol, runs in by_proto.items():
+            m, s = mean_std([100 * r["adafgl_test_acc"] for r in runs])
+            fm, fs = mean_std([100 * r["fedavg_test_acc_last"] for r in runs])
+            ok = "-" if paper is None else ("yes" if abs(m - paper[0]) <= TOLERANCE[key[0]] else "NO")
+            ps = "-" if paper is None else f"{paper[0]:.1f}±{paper[1]:.1f}"
+            print(f"| {key[0]} | {key[1]} | {protocol} | {m:.1f}±{s:.1f} | {ps} | {ok} | {fm:.1f}±{fs:.1f} | {len(runs)} |")
+        if {"secagg", "plaintext"} <= set(by_proto):
+            gap = abs(
+                mean_std([100 * r["adafgl_test_acc"] for r in by_proto["secagg"]])[0]
+                - mean_std([100 * r["adafgl_test_acc"] for r in by_proto["plaintext"]])[0]
+            )
+            print(f"|   | | secagg vs plaintext gap | {gap:.2f} points | | {'yes' if gap <= 0.2 else 'NO'} | | |")
+    if args.out:
+        Path(args.out).write_text(json.dumps(report, indent=1, default=float))
+
+
+if __name__ == "__main__":
+    main()

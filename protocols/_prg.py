@@ -1,0 +1,319 @@
+"""Hazmat: key derivation and mask expansion for the masking protocols (SecAgg, SecAgg+).
+
+.. warning::
+    Low-level building blocks. Use :class:`~securefgl.protocols.SecAgg` or
+    :class:`~securefgl.protocols.SecAggPlus` unless you are building a protocol.
+
+Every mask in securefgl is the keystream of a stream cipher from ``cryptography`` (AES-256-CTR by
+default, ChaCha20 as an option) keyed by a full 256-bit key, written straight into a preallocated numpy
+buffer with ``update_into`` (the "encryptor of zeros" trick). Each key is used for exactly one stream.
+Keys for each purpose come from HKDF-SHA256 whose ``info`` binds the protocol version, the purpose, the
+session id, the round, the ordered pair of parties and a label, so two purposes never share a stream:
+
+.. math::
+    k = \\mathrm{HKDF}_{\\mathrm{SHA256}}(\\text{secret},\\ \\mathit{info} =
+        \\text{version} \\| \\text{purpose} \\| \\text{sid} \\| \\text{round} \\| (u, v) \\| \\text{label}),
+    \\qquad m = \\mathrm{PRG}(k) \\bmod 2^{b}.
+
+Masks live in the ring :math:`\\mathbb{Z}_{2^b}` with :math:`b \\le 64`. Because :math:`2^b` divides the
+word size (:math:`2^{32}` for :math:`b \\le 32`, else :math:`2^{64}`), keeping the low :math:`b` bits of a
+uniform word is uniform, and sums may wrap freely in the word and be reduced once at the end.
+
+Unlike the most used Python implementation (Flower's ``pseudo_rand_gen``), the seed is never folded and
+no numpy RNG is involved. Deterministic randomness exists only through
+:class:`InsecureDeterministicRandom`, for tests and known-answer vectors.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import struct
+from collections.abc import Callable
+from typing import Literal, get_args
+
+import numpy as np
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from securefgl.errors import ConfigError
+
+__all__ = [
+    "KEY_BYTES",
+    "INFO_PREFIX",
+    "MAX_BLOCKS_PER_KEY",
+    "PRG_ALGORITHMS",
+    "PrgAlgorithm",
+    "RandomSource",
+    "InsecureDeterministicRandom",
+    "MaskExpander",
+    "derive_key",
+    "hkdf_info",
+    "keystream_into",
+    "ring_dtype",
+    "system_random",
+]
+
+#: Length of every secret, seed and derived key, in bytes (256 bits).
+KEY_BYTES = 32
+#: Versioned domain-separation prefix of every HKDF ``info`` string.
+INFO_PREFIX = b"securefgl/protocols/v1"
+#: A key may expand at most this many cipher blocks: ChaCha20's 32-bit block counter never wraps,
+#: and AES-CTR keeps to the same bound (Google's ``AesCtrPrng`` caps a seed at 2^32 - 1 blocks).
+MAX_BLOCKS_PER_KEY = 2**32
+
+PrgAlgorithm = Literal["aes256-ctr", "chacha20"]
+PRG_ALGORITHMS: tuple[str, ...] = get_args(PrgAlgorithm)
+_BLOCK_BYTES = {"aes256-ctr": 16, "chacha20": 64}
+
+#: A source of cryptographic random bytes: ``source(n) -> n bytes``. Production code uses
+#: :func:`system_random` (the OS CSPRNG).
+RandomSource = Callable[[int], bytes]
+
+
+def system_random(n: int) -> bytes:
+    """``n`` bytes from the operating system's CSPRNG (``os.urandom``)."""
+    return os.urandom(n)
+
+
+def _check_algorithm(algorithm: str) -> None:
+    if algorithm not in _BLOCK_BYTES:
+        raise ConfigError(f"unknown PRG algorithm {algorithm!r}; valid: {list(PRG_ALGORITHMS)}")
+
+
+def ring_dtype(ring_bits: int) -> np.dtype:
+    """The machine word used for ring elements of ``ring_bits`` bits: uint32 up to 32 bits, else uint64.
+
+    Args:
+        ring_bits: :math:`b` in :math:`\\mathbb{Z}_{2^b}`, from 1 to 64.
+    """
+    if (
+        isinstance(ring_bits, bool)
+        or not isinstance(ring_bits, (int, np.integer))
+        or not 1 <= ring_bits <= 64
+    ):
+        raise ConfigError(f"ring_bits must be an integer in [1, 64], got {ring_bits!r}")
+    return np.dtype(np.uint32) if ring_bits <= 32 else np.dtype(np.uint64)
+
+
+def _lp(data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + data
+
+
+def hkdf_info(
+    purpose: str,
+    *,
+    session_id: bytes = b"",
+    round_index: int = 0,
+    pair: tuple[int, int] | None = None,
+    label: bytes | str = b"",
+) -> bytes:
+    """The HKDF ``info`` string for one purpose: injective (every field is length-prefixed or fixed-size).
+
+    Args:
+        purpose: what the key is for (``"pairwise-mask"``, ``"self-mask"``, ``"share-channel"``, ...).
+        session_id: the session id every key of a session is bound to.
+        round_index: the training round.
+        pair: the ordered pair of parties ``(u, v)``, or ``None`` for a single-party key.
+        label: block/chunk label (e.g. ``b"vector"``).
+    """
+    if not purpose or not isinstance(purpose, str):
+        raise ConfigError(f"purpose must be a non-empty string, got {purpose!r}")
+    if not 0 <= int(round_index) < 2**64:
+        raise ConfigError(f"round_index must be in [0, 2^64), got {round_index!r}")
+    if isinstance(label, str):
+        label = label.encode()
+    if pair is None:
+        pair_bytes = b"\x00"
+    else:
+        u, v = (int(pair[0]), int(pair[1]))
+        if not (0 <= u < 2**64 and 0 <= v < 2**64):
+            raise ConfigError(f"pair ids must be in [0, 2^64), got {pair!r}")
+        pair_bytes = b"\x01" + struct.pack(">QQ", u, v)
+    return (
+        INFO_PREFIX
+        + _lp(purpose.encode())
+        + _lp(bytes(session_id))
+        + struct.pack(">Q", int(round_index))
+        + pair_bytes
+        + _lp(bytes(label))
+    )
+
+
+def derive_key(
+    secret: bytes | bytearray | memoryview,
+    purpose: str,
+    *,
+    session_id: bytes = b"",
+    round_index: int = 0,
+    pair: tuple[int, int] | None = None,
+    label: bytes | str = b"",
+    length: int = KEY_BYTES,
+) -> bytes:
+    """HKDF-SHA256 (RFC 5869, no salt) of a full 256-bit ``secret`` with :func:`hkdf_info` as ``info``.
+
+    Args:
+        secret: input keying material: an X25519 shared secret or a 32-byte random seed.
+        purpose, session_id, round_index, pair, label: see :func:`hkdf_info`.
+        length: output length in bytes.
+
+    Raises:
+        ConfigError: ``secret`` shorter than 32 bytes (a folded or truncated seed).
+    """
+    if len(secret) < KEY_BYTES:
+        raise ConfigError(f"secret must have at least {KEY_BYTES} bytes, got {len(secret)}")
+    info = hkdf_info(purpose, session_id=session_id, round_index=round_index, pair=pair, label=label)
+    return HKDF(algorithm=hashes.SHA256(), length=length, salt=None, info=info).derive(bytes(secret))
+
+
+def _encryptor(key: bytes, algorithm: str, start_block: int):  # noqa: ANN202 - cryptography context
+    if algorithm == "aes256-ctr":
+        return Cipher(algorithms.AES(key), modes.CTR(start_block.to_bytes(16, "big"))).encryptor()
+    nonce = struct.pack("<I", start_block) + bytes(12)  # RFC 8439: 32-bit LE counter || 96-bit nonce (0)
+    return Cipher(algorithms.ChaCha20(key, nonce), None).encryptor()
+
+
+def keystream_into(
+    key: bytes,
+    out: np.ndarray,
+    *,
+    algorithm: str = "aes256-ctr",
+    start_block: int = 0,
+    zeros: np.ndarray | None = None,
+) -> np.ndarray:
+    """Write ``out.nbytes`` bytes of keystream of ``key`` into ``out``, starting at cipher block ``start_block``.
+
+    AES-256-CTR uses a 128-bit big-endian counter block starting at ``start_block`` (NIST SP 800-38A);
+    ChaCha20 uses the RFC 8439 layout with block counter ``start_block`` and an all-zero nonce. Both are
+    safe only because each key expands exactly one stream.
+
+    Args:
+        key: 32-byte key (never reused across purposes: derive it with :func:`derive_key`).
+        out: C-contiguous numpy array overwritten with keystream.
+        algorithm: ``"aes256-ctr"`` (default) or ``"chacha20"``.
+        start_block: first cipher block (for chunked expansion).
+        zeros: optional preallocated all-zero uint8 buffer of at least ``out.nbytes`` bytes.
+
+    Raises:
+        ConfigError: bad key length, unknown algorithm, non-contiguous ``out``, or a stream longer than
+            :data:`MAX_BLOCKS_PER_KEY` blocks (ChaCha20's block counter would wrap).
+    """
+    _check_algorithm(algorithm)
+    if len(key) != KEY_BYTES:
+        raise ConfigError(f"PRG key must have {KEY_BYTES} bytes, got {len(key)}")
+    if not out.flags.c_contiguous:
+        raise ConfigError("keystream output buffer must be C-contiguous")
+    nbytes = out.nbytes
+    block = _BLOCK_BYTES[algorithm]
+    blocks = -(-nbytes // block)
+    if start_block < 0 or start_block + blocks > MAX_BLOCKS_PER_KEY:
+        raise ConfigError(
+            f"keystream of {nbytes} bytes from block {start_block} exceeds {MAX_BLOCKS_PER_KEY} "
+            f"{algorithm} blocks per key; split the vector into chunks with separate labels"
+        )
+    if nbytes == 0:
+        return out
+    if zeros is None or zeros.nbytes < nbytes:
+        zeros = np.zeros(nbytes, dtype=np.uint8)
+    enc = _encryptor(bytes(key), algorithm, int(start_block))
+    view = out.reshape(-1).view(np.uint8)
+    enc.update_into(memoryview(zeros)[:nbytes], view)
+    return out
+
+
+class MaskExpander:
+    """Expands 256-bit keys into masks in :math:`\\mathbb{Z}_{2^b}^d`, reusing its buffers.
+
+    One expander per thread: it owns a scratch buffer and a zero buffer of the vector's size, so no
+    allocation happens per mask. Accumulation wraps in the machine word (uint32 for :math:`b \\le 32`,
+    else uint64); call :meth:`reduce` once at the end.
+
+    Args:
+        length: :math:`d`, the number of ring elements per mask.
+        ring_bits: :math:`b`, from 1 to 64.
+        algorithm: ``"aes256-ctr"`` (default) or ``"chacha20"``.
+
+    Shapes:
+        masks and accumulators: :math:`(d,)`, dtype :attr:`dtype`.
+    """
+
+    def __init__(self, length: int, ring_bits: int, *, algorithm: str = "aes256-ctr") -> None:
+        _check_algorithm(algorithm)
+        if isinstance(length, bool) or not isinstance(length, (int, np.integer)) or length < 0:
+            raise ConfigError(f"mask length must be a non-negative integer, got {length!r}")
+        self.length = int(length)
+        self.ring_bits = int(ring_bits)
+        self.algorithm = algorithm
+        self.dtype = ring_dtype(ring_bits)
+        word_bits = 8 * self.dtype.itemsize
+        self._mask = self.dtype.type((1 << self.ring_bits) - 1) if self.ring_bits < word_bits else None
+        self._zeros = np.zeros(self.length * self.dtype.itemsize, dtype=np.uint8)
+        self._scratch = np.empty(self.length, dtype=self.dtype)
+
+    def zeros(self) -> np.ndarray:
+        """A fresh all-zero accumulator."""
+        return np.zeros(self.length, dtype=self.dtype)
+
+    def raw(self, key: bytes, out: np.ndarray | None = None) -> np.ndarray:
+        """The unreduced keystream words of ``key`` (uniform in the machine word)."""
+        if out is None:
+            out = np.empty(self.length, dtype=self.dtype)
+        self._check(out)
+        return keystream_into(key, out, algorithm=self.algorithm, zeros=self._zeros)
+
+    def expand(self, key: bytes, out: np.ndarray | None = None) -> np.ndarray:
+        """The mask of ``key``: uniform in :math:`\\mathbb{Z}_{2^b}^d`."""
+        return self.reduce(self.raw(key, out))
+
+    def add(self, acc: np.ndarray, key: bytes) -> None:
+        """``acc += PRG(key)`` with wrap-around (reduce later)."""
+        self._check(acc)
+        keystream_into(key, self._scratch, algorithm=self.algorithm, zeros=self._zeros)
+        np.add(acc, self._scratch, out=acc)
+
+    def subtract(self, acc: np.ndarray, key: bytes) -> None:
+        """``acc -= PRG(key)`` with wrap-around (reduce later)."""
+        self._check(acc)
+        keystream_into(key, self._scratch, algorithm=self.algorithm, zeros=self._zeros)
+        np.subtract(acc, self._scratch, out=acc)
+
+    def reduce(self, arr: np.ndarray) -> np.ndarray:
+        """Reduce ``arr`` modulo :math:`2^b` in place and return it."""
+        if self._mask is not None:
+            np.bitwise_and(arr, self._mask, out=arr)
+        return arr
+
+    def _check(self, arr: np.ndarray) -> None:
+        if arr.dtype != self.dtype or arr.shape != (self.length,):
+            raise ConfigError(
+                f"accumulator must have dtype {self.dtype} and shape ({self.length},), "
+                f"got {arr.dtype} {arr.shape}"
+            )
+
+    def __repr__(self) -> str:
+        return f"MaskExpander(length={self.length}, ring_bits={self.ring_bits}, algorithm={self.algorithm!r})"
+
+
+class InsecureDeterministicRandom:
+    """INSECURE: a reproducible byte source for tests and known-answer vectors only.
+
+    Expands ``HKDF(seed, "insecure-seed", label)`` with AES-256-CTR. Anyone who knows the seed knows every
+    key and mask drawn from it; never use it outside tests.
+
+    Args:
+        seed: seed material (bytes, or a non-negative int taken as 32 big-endian bytes).
+        label: separates the streams of different parties using the same seed.
+    """
+
+    def __init__(self, seed: bytes | int, label: str = "") -> None:
+        if isinstance(seed, int):
+            seed = seed.to_bytes(32, "big", signed=False)
+        if not isinstance(seed, (bytes, bytearray)) or not seed:
+            raise ConfigError(f"insecure seed must be non-empty bytes or a non-negative int, got {seed!r}")
+        material = hashlib.sha256(_lp(bytes(seed))).digest()
+        key = derive_key(material, "insecure-seed", label=label)
+        self._enc = Cipher(algorithms.AES(key), modes.CTR(bytes(16))).encryptor()
+
+    def __call__(self, n: int) -> bytes:
+        return self._enc.update(bytes(n))

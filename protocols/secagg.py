@@ -1,0 +1,73 @@
+"""SecAgg (Bonawitz et al., CCS 2017): masking secure aggregation on the complete graph.
+
+Practical Secure Aggregation for Privacy-Preserving Machine Learning, https://eprint.iacr.org/2017/281.
+Every client shares its secrets with, and masks against, every other client; the threshold defaults to a
+majority. This is :class:`~securefgl.protocols.secaggplus.SecAggPlus` configured with the complete graph
+(one implementation, as Flower does): the stages, messages, checks and the designated-recipient mode are
+documented there.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+import numpy as np
+
+from securefgl.protocols.router import Interceptor
+from securefgl.protocols.secaggplus import SecAggPlus
+
+__all__ = ["SecAgg"]
+
+
+class SecAgg(SecAggPlus):
+    """SecAgg (Bonawitz et al. 2017, https://eprint.iacr.org/2017/281) on the complete graph.
+
+    .. math::
+        y_u = x_u + \\mathrm{PRG}(b_u) + \\sum_{v > u} \\mathrm{PRG}(k_{uv}) - \\sum_{v < u} \\mathrm{PRG}(k_{uv}),
+        \\qquad \\sum_{u \\in U_3} x_u = \\sum_{u \\in U_3} \\big(y_u - \\mathrm{PRG}(b_u)\\big)
+            - \\sum_{v \\in D} \\sum_{u \\in U_3} \\pm \\mathrm{PRG}(k_{uv}).
+
+    Args:
+        threshold: :math:`t` (int, or a fraction of :math:`n`); default a majority
+            :math:`\\lfloor n/2 \\rfloor + 1`, raised above :math:`\\gamma n` corrupted clients.
+        corrupt_rate: fraction of clients assumed to collude with the server (raises the default
+            threshold only). (default: ``0.0``)
+        adversary: ``"curious"`` or ``"semi-malicious"`` (the latter needs :math:`t > (n + \\gamma n)/2`).
+        prg, record_views, workers, rng, interceptor, insecure_seed: as :class:`SecAggPlus`.
+
+    Security:
+        As :class:`SecAggPlus` with one neighbourhood of all :math:`n` clients: the server and fewer than
+        :math:`t` colluding clients learn only the sum over at least :math:`t` survivors; up to
+        :math:`n - t` dropouts at any stage are tolerated. Client cost :math:`O(n + d\\,n)`, server
+        unmasking :math:`O(d\\,n\\,|D|)` PRG expansions for :math:`|D|` dropouts.
+    """
+
+    name: ClassVar[str] = "secagg"
+    _graph: ClassVar[str] = "complete"
+
+    def __init__(
+        self,
+        *,
+        threshold: int | float | None = None,
+        corrupt_rate: float = 0.0,
+        adversary: Literal["curious", "semi-malicious", "none"] = "curious",
+        prg: Literal["aes256-ctr", "chacha20"] = "aes256-ctr",
+        record_views: bool = True,
+        workers: int | None = None,
+        rng: np.random.Generator | None = None,
+        interceptor: Interceptor | None = None,
+        insecure_seed: bytes | int | None = None,
+    ) -> None:
+        super().__init__(
+            graph="complete",
+            threshold=threshold,
+            dropout_rate=0.0,
+            corrupt_rate=corrupt_rate,
+            adversary=adversary,
+            prg=prg,
+            record_views=record_views,
+            workers=workers,
+            rng=rng,
+            interceptor=interceptor,
+            insecure_seed=insecure_seed,
+        )

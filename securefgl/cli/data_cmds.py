@@ -1,0 +1,372 @@
+"""``securefgl datasets`` and ``securefgl partition``: list the known datasets, build and describe partitions.
+
+Both commands are thin: they resolve a typed config (defaults < ``--config`` file < ``--set`` overrides <
+explicit flags), call :mod:`securefgl.data`, and print a rich table or JSON (``--json``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from securefgl.cli import app
+from securefgl.config import DataConfig, build, load_mapping, merge, parse_overrides, save_config, to_dict
+from securefgl.errors import ConfigError, SecureFGLError
+
+__all__ = ["datasets_command", "partition_command"]
+
+
+def _fail(exc: SecureFGLError, as_json: bool) -> typer.Exit:
+    if as_json:
+        typer.echo(json.dumps({"error": str(exc), "type": type(exc).__name__, "exit_code": exc.exit_code}))
+    else:
+        typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
+    return typer.Exit(exc.exit_code)
+
+
+def _fmt(value: float | None, digits: int = 3) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    return f"{value:.{digits}f}"
+
+
+def _clean(obj: Any) -> Any:
+    """JSON-safe copy (NaN -> None)."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _clean(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_clean(v) for v in obj]
+    return obj
+
+
+def _dataset_rows(root: str | None, stats: bool, names: list[str] | None = None) -> list[dict[str, Any]]:
+    from securefgl.data import (
+        DATASETS,
+        canonical_name,
+        data_root,
+        edge_homophily,
+        load_dataset,
+        missing_files,
+    )
+
+    base = data_root(root)
+    wanted = [canonical_name(n) for n in names] if names else list(DATASETS)
+    rows = []
+    for name in wanted:
+        info = DATASETS[name]
+        row: dict[str, Any] = {"name": name, "family": info.family, "public_split": info.public_split}
+        if info.family == "synthetic":
+            row["status"] = "synthetic (no files needed)"
+            row["available"] = True
+        else:
+            missing = missing_files(name, base)
+            where = base / (info.files[0] if info.family == "npz" else info.files[0].split("/")[0])
+            if info.requires is not None:
+                import importlib.util
+
+                if importlib.util.find_spec(info.requires) is None:
+                    row["available"] = False
+                    row["status"] = f"needs the optional package {info.requires!r}"
+                    rows.append(row)
+                    continue
+            row["available"] = not missing
+            row["status"] = (
+                f"found: {where}"
+                if not missing
+                else f"missing {len(missing)} of {len(info.files)} files under {where}"
+            )
+        if stats and row["available"]:
+            try:
+                data = load_dataset(name, base, download=False)
+            except SecureFGLError as exc:
+                row["available"] = False
+                row["status"] = f"unreadable: {str(exc).splitlines()[0]}"
+            else:
+                row.update(
+                    nodes=int(data.num_nodes),
+                    edges=int(data.edge_index.shape[1]) // 2,
+                    features=int(data.x.shape[1]),
+                    classes=int(data.num_classes),
+                    edge_homophily=edge_homophily(data.edge_index, data.y),
+                )
+        rows.append(row)
+    return rows
+
+
+@app.command("datasets")
+def datasets_command(
+    names: Annotated[
+        list[str] | None, typer.Argument(help="Only these datasets (default: every known dataset).")
+    ] = None,
+    root: Annotated[
+        str | None,
+        typer.Option("--root", help="Data root (default: $SECUREFGL_DATA or the user cache directory)."),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+    stats: Annotated[
+        bool,
+        typer.Option("--stats/--no-stats", help="Load the available datasets to report sizes and homophily."),
+    ] = True,
+) -> None:
+    """List the known datasets: where each is found (or why not), nodes, edges, features, classes, homophily."""
+    try:
+        rows = _dataset_rows(root, stats, names)
+    except SecureFGLError as exc:
+        raise _fail(exc, as_json) from exc
+    if as_json:
+        typer.echo(json.dumps(_clean(rows), indent=2))
+        return
+    from securefgl.data import data_root
+
+    table = Table(title=f"securefgl datasets (data root: {data_root(root)})")
+    for col, justify in (
+        ("dataset", "left"),
+        ("status", "left"),
+        ("nodes", "right"),
+        ("edges", "right"),
+        ("features", "right"),
+        ("classes", "right"),
+        ("edge hom.", "right"),
+    ):
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    for r in rows:
+        table.add_row(
+            r["name"],
+            r["status"],
+            str(r.get("nodes", "—")),
+            str(r.get("edges", "—")),
+            str(r.get("features", "—")),
+            str(r.get("classes", "—")),
+            _fmt(r.get("edge_homophily")),
+        )
+    Console(width=160).print(table)
+
+
+def _histogram(hist: list[int]) -> str:
+    if len(hist) <= 12:
+        return " ".join(str(h) for h in hist)
+    top = sorted(range(len(hist)), key=lambda c: -hist[c])[:6]
+    return " ".join(f"c{c}:{hist[c]}" for c in top) + f" (+{sum(1 for h in hist if h) - 6} classes)"
+
+
+def _plot(summary: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    clients = summary["clients"]
+    hist = np.array([c["class_histogram"] for c in clients], dtype=float)
+    k, c = hist.shape
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.5 * k + 2), 4.5))
+    bottom = np.zeros(k)
+    cmap = plt.get_cmap("tab20" if c > 10 else "tab10")
+    for cls in range(c):
+        ax.bar(np.arange(k), hist[:, cls], bottom=bottom, color=cmap(cls % cmap.N), label=f"class {cls}")
+        bottom += hist[:, cls]
+    ax.set_xlabel("client")
+    ax.set_ylabel("nodes")
+    ax.set_xticks(np.arange(k))
+    ax.set_title(f"{summary['dataset']} · {summary['method']} · {k} clients: class histogram per client")
+    if c <= 20:
+        ax.legend(fontsize="small", ncol=2, bbox_to_anchor=(1.01, 1), loc="upper left")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _resolve_config(
+    config: Path | None, sets: list[str], flags: dict[str, dict[str, Any]]
+) -> tuple[DataConfig, list[str]]:
+    values: dict[str, Any] = {}
+    ignored: list[str] = []
+    if config is not None:
+        raw = load_mapping(config)
+        for key in list(raw):
+            if key not in ("dataset", "partition"):
+                if not isinstance(raw[key], dict):
+                    raise ConfigError(
+                        f"unknown key {key!r} in {str(config)!r}; valid sections: dataset, partition"
+                    )
+                ignored.append(key)  # sections of other commands (e.g. the run config's [train])
+                del raw[key]
+        values = raw
+    if sets:
+        values = merge(values, parse_overrides(sets))
+    values = merge(values, {sec: {k: v for k, v in kv.items() if v is not None} for sec, kv in flags.items()})
+    return build(DataConfig, values), ignored
+
+
+def _parse_split(text: str | None) -> Any:
+    if text is None:
+        return None
+    if text.strip().lower() == "public":
+        return "public"
+    try:
+        return [float(p) for p in text.replace(" ", "").split(",")]
+    except ValueError as exc:
+        raise ConfigError(
+            f"--split: invalid value {text!r}; valid: 'public' or 'train,val,test' ratios"
+        ) from exc
+
+
+@app.command("partition")
+def partition_command(
+    dataset: Annotated[
+        str | None,
+        typer.Option("--dataset", "-d", help="Dataset name (see `securefgl datasets`); default csbm."),
+    ] = None,
+    method: Annotated[
+        str | None,
+        typer.Option(
+            "--method",
+            "-m",
+            help="random, metis, louvain, louvain+, metis+, dirichlet, structure-noniid, fedlog, kmeans "
+            "(default louvain).",
+        ),
+    ] = None,
+    clients: Annotated[
+        int | None, typer.Option("--clients", "-k", help="Number of clients (default 10).")
+    ] = None,
+    seed: Annotated[int | None, typer.Option("--seed", help="Partition and split seed (default 0).")] = None,
+    split: Annotated[
+        str | None, typer.Option("--split", help="'train,val,test' ratios (default 0.2,0.4,0.4) or 'public'.")
+    ] = None,
+    param: Annotated[
+        list[str] | None, typer.Option("--param", "-p", help="Method parameter key=value (repeatable).")
+    ] = None,
+    root: Annotated[str | None, typer.Option("--root", help="Data root (default: $SECUREFGL_DATA).")] = None,
+    config: Annotated[
+        Path | None, typer.Option("--config", help="TOML/YAML/JSON file with [dataset], [partition].")
+    ] = None,
+    set_: Annotated[
+        list[str] | None, typer.Option("--set", help="Config override section.key=value (repeatable).")
+    ] = None,
+    no_cache: Annotated[
+        bool, typer.Option("--no-cache", help="Neither read nor write the partition cache.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+    plot: Annotated[
+        Path | None, typer.Option("--plot", help="Write per-client class histograms to this PNG.")
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Write partition.json and config.toml to this folder.")
+    ] = None,
+) -> None:
+    """Build (or load from the cache) a partition and describe it per client.
+
+    Per client: nodes, edges, train/val/test counts, class histogram, edge homophily, cross-client edges.
+    """
+    try:
+        params = parse_overrides(param or [])
+        flags = {
+            "dataset": {"name": dataset, "root": root},
+            "partition": {
+                "method": method,
+                "clients": clients,
+                "seed": seed,
+                "split": _parse_split(split),
+                "cache": False if no_cache else None,
+            },
+        }
+        cfg, ignored = _resolve_config(config, set_ or [], flags)
+        if params:
+            cfg = build(DataConfig, merge(to_dict(cfg), {"partition": {"params": params}}))
+        data = cfg.dataset.load()
+        fg = cfg.partition.apply(data, root=cfg.dataset.root)
+    except SecureFGLError as exc:
+        raise _fail(exc, as_json) from exc
+
+    summary = fg.summary()
+    resolved = to_dict(cfg)
+    written: list[str] = []
+    if plot is not None:
+        _plot(summary, plot)
+        written.append(str(plot))
+        written.append(str(save_config(cfg, plot.with_name(plot.stem + ".config.toml"))))
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "partition.json").write_text(
+            json.dumps(_clean({"summary": summary, "meta": fg.meta, "config": resolved}), indent=2),
+            encoding="utf-8",
+        )
+        written.append(str(out / "partition.json"))
+        written.append(str(save_config(cfg, out / "config.toml")))
+
+    if as_json:
+        typer.echo(
+            json.dumps(
+                _clean(
+                    {
+                        "summary": summary,
+                        "meta": fg.meta,
+                        "config": resolved,
+                        "written": written,
+                        "ignored": ignored,
+                    }
+                ),
+                indent=2,
+            )
+        )
+        return
+
+    console = Console(width=160)
+    p = cfg.partition
+    split_txt = "public" if p.split == "public" else "/".join(f"{r:g}" for r in p.split)  # type: ignore[union-attr]
+    table = Table(
+        title=f"{fg.name} · {p.method} · {fg.num_clients} clients · seed {p.seed} · split {split_txt} ({p.split_scope})"
+    )
+    for col in (
+        "client",
+        "nodes",
+        "edges",
+        "train",
+        "val",
+        "test",
+        "class histogram",
+        "edge hom.",
+        "cross edges",
+    ):
+        table.add_column(col, justify="left" if col == "class histogram" else "right")
+    for row in summary["clients"]:
+        table.add_row(
+            str(row["client"]),
+            str(row["nodes"]),
+            str(row["edges"]),
+            str(row["train"]),
+            str(row["val"]),
+            str(row["test"]),
+            _histogram(row["class_histogram"]),
+            _fmt(row["edge_homophily"]),
+            str(row["cross_edges"]),
+        )
+    console.print(table)
+    console.print(
+        f"nodes: {summary['num_nodes']} ({summary['nodes_in_clients']} in clients) · "
+        f"cross-client edges: {summary['cross_edges']} · edges touching no-client nodes: {summary['unowned_edges']}"
+        + (f" · injected edges: {summary['injected_edges']}" if summary["injected_edges"] else "")
+        + (f" · held-out new client: {summary['held_out_nodes']} nodes" if summary["held_out_nodes"] else "")
+    )
+    if p.cache:
+        state = (
+            "loaded from cache"
+            if fg.meta.get("cache_hit")
+            else f"built in {fg.meta.get('time_s', 0):.2f} s, cached"
+        )
+        console.print(f"partition {state}: {fg.meta.get('cache_path')}", highlight=False)
+    else:
+        console.print(f"partition built in {fg.meta.get('time_s', 0):.2f} s (cache off)")
+    if ignored:
+        console.print(f"config sections not used by this command: {', '.join(ignored)}")
+    for path in written:
+        console.print(f"wrote {path}", highlight=False)

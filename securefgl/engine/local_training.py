@@ -1,0 +1,337 @@
+r"""Local training of many clients: batched (the default) and one client at a time (the reference).
+
+In a round, every invited client trains its own copy of a shared architecture on its own graph for ``E``
+full-batch epochs. :func:`train_clients` does this for all of them *together*:
+
+* the client graphs form one padded disjoint union (:class:`~securefgl.nn.batched.GraphBatch`, built once
+  and kept in the clients' shared workspace);
+* the K copies of every parameter are stacked into one ``(K, ...)`` leaf tensor, and the model's
+  ``batched_forward`` applies client ``k``'s weights to client ``k``'s rows with bucketed ``bmm`` and one
+  sparse product for message passing;
+* the objective is the *sum* of the clients' losses, so the gradient of the stacked tensor holds each
+  client's own gradient in its slice:
+
+  .. math::
+      \nabla_{W_k} \sum_j \mathcal L_j(W_j) = \nabla_{W_k}\mathcal L_k(W_k);
+
+* one optimiser steps the stacked leaves. Adam, SGD (with momentum) and weight decay act element-wise, so
+  this equals K separate optimisers, one per client.
+
+Memory per round: the K parameter copies the clients train, their gradients and the optimiser state (what
+K separate clients would hold), plus activations of the union graph; never one extra model copy per client
+per step. Results are unbound once, at the end, into per-client views.
+
+:func:`train_clients_sequential` is the one-client-at-a-time reference with identical semantics (the tests
+check that both give the same parameters within float tolerance when dropout is off; with dropout the masks
+are drawn differently).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from securefgl.algorithms.base import Client
+from securefgl.engine.optim import OptimizerStore, StackedOptimizer
+from securefgl.nn.batched import GraphBatch
+
+__all__ = [
+    "TrainedClients",
+    "client_batch",
+    "make_optimizer",
+    "predict_shared",
+    "predict_stacked",
+    "stack_params",
+    "train_clients",
+    "train_clients_sequential",
+    "seed_from",
+    "workspace_generator",
+]
+
+
+@dataclass
+class TrainedClients:
+    """The result of local training.
+
+    Args:
+        ids: Client ids, in the order of the stacked first dimension.
+        params: ``name -> (K, ...)`` trained parameters (no grad).
+        losses: ``(K,)`` training loss of each client in its last epoch (NaN for a client without train nodes).
+    """
+
+    ids: list[int]
+    params: dict[str, Tensor]
+    losses: Tensor
+
+    def client(self, i: int) -> dict[str, Tensor]:
+        """Client at position ``i``: views into the stacked tensors."""
+        return {k: v[i] for k, v in self.params.items()}
+
+
+def make_optimizer(params: Sequence[Tensor], name: str, lr: float, weight_decay: float, momentum: float = 0.0):
+    """The optimiser a client uses (``adam`` or ``sgd``)."""
+    if name == "adam":
+        return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr, weight_decay=weight_decay, momentum=momentum)
+    raise ValueError(f"unknown optimizer {name!r}; valid: 'adam', 'sgd'")
+
+
+def client_batch(clients: Sequence[Client]) -> GraphBatch:
+    """The padded union of these clients' graphs, cached in their shared workspace (client side only)."""
+    key = ("graph_batch", tuple(c.id for c in clients))
+    ws = clients[0].workspace
+    cache = ws.setdefault("graph_batches", {})
+    if key not in cache:
+        if len(cache) >= 4:  # bound memory when the sampled set changes every round
+            cache.pop(next(iter(cache)))
+        cache[key] = GraphBatch.from_graphs([c.data for c in clients])
+    return cache[key]
+
+
+def _store(clients: Sequence[Client], key: str) -> OptimizerStore:
+    stores = clients[0].workspace.setdefault("optimizer_state", {})
+    if key not in stores:
+        stores[key] = OptimizerStore()
+    return stores[key]
+
+
+def stack_params(init: Mapping[str, Tensor] | Sequence[Mapping[str, Tensor]], k: int) -> dict[str, Tensor]:
+    """Stacked ``(k, ...)`` copies: ``init`` shared by all (one mapping) or one mapping per client."""
+    if isinstance(init, Mapping):
+        return {n: v.detach().unsqueeze(0).repeat(k, *([1] * v.dim())) for n, v in init.items()}
+    return {n: torch.stack([p[n].detach() for p in init]) for n in init[0]}
+
+
+def train_clients(
+    model: torch.nn.Module,
+    clients: Sequence[Client],
+    init: Mapping[str, Tensor] | Sequence[Mapping[str, Tensor]] | Mapping[str, Tensor],
+    *,
+    epochs: int,
+    lr: float,
+    optimizer: str = "adam",
+    weight_decay: float = 0.0,
+    momentum: float = 0.0,
+    prox_mu: float = 0.0,
+    prox_center: Mapping[str, Tensor] | None = None,
+    generator: torch.Generator | None = None,
+    stacked: bool = False,
+    state_key: str | None = None,
+) -> TrainedClients:
+    r"""Train every client's copy of ``model`` together (see the module docstring).
+
+    Args:
+        model: A securefgl model (has ``batched_forward``); only its structure is used.
+        clients: The clients of the round (each with ``data.train_mask``).
+        init: Starting parameters: one mapping shared by all clients, one mapping per client, or (with
+            ``stacked=True``) a mapping of already stacked ``(K, ...)`` tensors in ``clients`` order.
+        epochs: Full-batch epochs.
+        lr, optimizer, weight_decay, momentum: The optimiser (re-created for this call).
+        prox_mu: FedProx proximal weight: adds :math:`\frac{\mu}{2}\lVert W_k - W_c\rVert^2` per client.
+        prox_center: :math:`W_c` (shared by all clients), required when ``prox_mu > 0``.
+        generator: Dropout masks (on the clients' device).
+        stacked: ``init`` is already stacked.
+        state_key: Keep each client's optimiser state between calls under this key (in the clients' shared
+            workspace); ``None`` starts every call with a fresh optimiser.
+
+    Returns:
+        Parameters stacked in ``clients`` order. Clients without train nodes keep their initial parameters.
+    """
+    k = len(clients)
+    device = clients[0].device
+    active = [i for i, c in enumerate(clients) if c.num_train > 0]
+    losses = torch.full((k,), float("nan"), device=device)
+
+    def initial(i: int | None) -> dict[str, Tensor]:
+        if stacked:
+            return {n: v.detach() if i is None else v[i].detach() for n, v in init.items()}  # type: ignore[union-attr]
+        if isinstance(init, Mapping):
+            return {n: v.detach() for n, v in init.items()}
+        return {n: v.detach() for n, v in init[0 if i is None else i].items()}
+
+    if not active:
+        return TrainedClients([c.id for c in clients], _restack(initial, k, stacked, init), losses)
+    sub = [clients[i] for i in active]
+    batch = client_batch(sub)
+    # Stacked leaves in batch order (largest client first), so every bucket is a contiguous slice.
+    perm_list = [active[b] for b in batch.order]
+    perm = torch.tensor(perm_list, device=device)
+    if stacked:
+        leaves = {n: v.detach().index_select(0, perm) for n, v in init.items()}  # type: ignore[union-attr]
+    elif isinstance(init, Mapping):
+        leaves = {n: v.detach().unsqueeze(0).repeat(len(sub), *([1] * v.dim())) for n, v in init.items()}
+    else:
+        leaves = {n: torch.stack([init[i][n].detach() for i in perm_list]) for n in init[0]}
+    for v in leaves.values():
+        v.requires_grad_(True)
+    batch_ids = [clients[i].id for i in perm_list]
+    store = _store(clients, state_key) if state_key is not None else None
+    opt = StackedOptimizer(leaves, optimizer, lr, weight_decay, momentum)
+    if store is not None:
+        opt = StackedOptimizer(
+            leaves, optimizer, lr, weight_decay, momentum, state=store.gather(batch_ids, leaves, opt.buffer_names())
+        )
+    rows = batch.masks["train_mask"].nonzero().squeeze(1)
+    owner = batch.row_client[rows]
+    target = batch.y[rows]
+    counts = torch.bincount(owner, minlength=len(sub)).to(batch.x.dtype)
+    center = {n: v.detach() for n, v in (prox_center or {}).items()}
+    if prox_mu > 0 and not center:
+        raise ValueError("prox_mu > 0 needs prox_center")
+    last = losses
+    for _ in range(epochs):
+        opt.zero_grad()
+        out = model.batched_forward(leaves, batch, training=True, generator=generator)
+        per_node = F.cross_entropy(out[rows], target, reduction="none")
+        per_client = torch.zeros(len(sub), dtype=per_node.dtype, device=per_node.device)
+        per_client = per_client.index_add(0, owner, per_node) / counts
+        objective = per_client.sum()
+        if prox_mu > 0:
+            prox = sum(((leaves[n] - center[n]) ** 2).sum() for n in leaves)
+            objective = objective + 0.5 * prox_mu * prox
+        objective.backward()
+        opt.step()
+        last = per_client.detach()
+    if store is not None:
+        store.scatter(batch_ids, *opt.state())
+    del opt
+    losses[perm] = last
+    if len(sub) == k and perm_list == list(range(k)):
+        result = {n: v.detach() for n, v in leaves.items()}
+    else:
+        result = {}
+        for n, v in leaves.items():
+            full = torch.empty((k, *v.shape[1:]), dtype=v.dtype, device=v.device)
+            full.index_copy_(0, perm, v.detach())
+            for i in range(k):
+                if clients[i].num_train == 0:
+                    full[i] = initial(i)[n]
+            result[n] = full
+    return TrainedClients([c.id for c in clients], result, losses)
+
+
+def train_clients_sequential(
+    model: torch.nn.Module,
+    clients: Sequence[Client],
+    init: Mapping[str, Tensor] | Sequence[Mapping[str, Tensor]],
+    *,
+    epochs: int,
+    lr: float,
+    optimizer: str = "adam",
+    weight_decay: float = 0.0,
+    momentum: float = 0.0,
+    prox_mu: float = 0.0,
+    prox_center: Mapping[str, Tensor] | None = None,
+    generator: torch.Generator | None = None,
+    stacked: bool = False,
+    state_key: str | None = None,
+) -> TrainedClients:
+    """The one-client-at-a-time reference of :func:`train_clients` (same arguments and result).
+
+    ``model`` is used as the working copy: its parameters are overwritten for each client in turn.
+    """
+    k = len(clients)
+    if stacked:
+        per = [{n: v[i] for n, v in init.items()} for i in range(k)]  # type: ignore[union-attr]
+    elif isinstance(init, Mapping):
+        per = [init] * k
+    else:
+        per = list(init)
+    params = dict(model.named_parameters())
+    out: dict[str, list[Tensor]] = {n: [] for n in params}
+    losses = []
+    center = {n: v.detach() for n, v in (prox_center or {}).items()}
+    prev_gen = getattr(model, "generator", None)
+    model.generator = generator
+    try:
+        for c, p0 in zip(clients, per, strict=True):
+            with torch.no_grad():
+                for n, v in params.items():
+                    v.copy_(p0[n])
+            if c.num_train == 0:
+                for n, v in params.items():
+                    out[n].append(v.detach().clone())
+                losses.append(float("nan"))
+                continue
+            opt = make_optimizer(list(params.values()), optimizer, lr, weight_decay, momentum)
+            saved = c.workspace.setdefault("optim_sequential", {}).setdefault(state_key, {})
+            if state_key is not None and c.id in saved:
+                opt.load_state_dict(saved[c.id])
+            model.train()
+            mask = c.data.train_mask
+            loss = torch.tensor(float("nan"))
+            for _ in range(epochs):
+                opt.zero_grad(set_to_none=True)
+                logits = model(c.data.x, c.data.edge_index)
+                loss = F.cross_entropy(logits[mask], c.data.y[mask])
+                objective = loss
+                if prox_mu > 0:
+                    prox = sum(((params[n] - center[n]) ** 2).sum() for n in params)
+                    objective = objective + 0.5 * prox_mu * prox
+                objective.backward()
+                opt.step()
+            if state_key is not None:
+                saved[c.id] = copy.deepcopy(opt.state_dict())
+            for n, v in params.items():
+                out[n].append(v.detach().clone())
+            losses.append(float(loss.detach()))
+    finally:
+        model.generator = prev_gen
+    dev = next(iter(params.values())).device
+    return TrainedClients(
+        [c.id for c in clients],
+        {n: torch.stack(v) for n, v in out.items()},
+        torch.tensor(losses, device=dev),
+    )
+
+
+def _restack(initial, k: int, stacked: bool, init) -> dict[str, Tensor]:
+    if stacked:
+        return {n: v.detach().clone() for n, v in init.items()}
+    if isinstance(init, Mapping):
+        return stack_params(init, k)
+    return stack_params(list(init), k)
+
+
+def workspace_generator(clients: Sequence[Client]) -> torch.Generator | None:
+    """The generator for work done for several clients at once (dropout masks of batched training).
+
+    The engine seeds it per run in the clients' shared workspace; ``None`` (global RNG) if absent.
+    """
+    return clients[0].workspace.get("generator") if clients else None
+
+
+def seed_from(generator: torch.Generator) -> torch.Generator:
+    """A CPU generator seeded from ``generator`` (model initialisation draws on the CPU)."""
+    seed = int(torch.randint(0, 2**62, (1,), generator=generator, device=generator.device))
+    return torch.Generator().manual_seed(seed)
+
+
+@torch.no_grad()
+def predict_shared(model: torch.nn.Module, params: Mapping[str, Tensor], clients: Sequence[Client]) -> dict[int, Tensor]:
+    """Class scores of one shared model on every client's graph, in one forward over their union.
+
+    The union is disjoint, so this equals one forward per client.
+    """
+    batch = client_batch(clients)
+    model.eval()
+    out = torch.func.functional_call(model, dict(params), (batch.x, batch.edge_index))
+    parts = batch.split(out)
+    return {c.id: parts[i] for i, c in enumerate(clients)}
+
+
+@torch.no_grad()
+def predict_stacked(model: torch.nn.Module, params: Mapping[str, Tensor], clients: Sequence[Client]) -> dict[int, Tensor]:
+    """Class scores of per-client models (stacked ``(K, ...)`` in ``clients`` order), all at once."""
+    batch = client_batch(clients)
+    perm = torch.tensor(batch.order, device=clients[0].device)
+    ordered = {n: v.index_select(0, perm) for n, v in params.items()}
+    out = model.batched_forward(ordered, batch, training=False, generator=None)
+    parts = batch.split(out)
+    return {c.id: parts[i] for i, c in enumerate(clients)}

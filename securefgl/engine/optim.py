@@ -1,0 +1,185 @@
+r"""Optimisers over stacked per-client parameters: K independent optimisers in one set of tensor ops.
+
+A stacked leaf ``W`` of shape ``(K, ...)`` holds K clients' copies of one parameter. Adam and SGD act
+element-wise, so one update over the stack equals K separate updates, provided every client keeps its own
+step count (Adam's bias correction) when clients join rounds at different times. :class:`StackedOptimizer`
+does exactly that, with the update rules of :class:`torch.optim.Adam` and :class:`torch.optim.SGD`
+(L2 ``weight_decay`` added to the gradient, no dampening, no Nesterov):
+
+.. math::
+    g \leftarrow \nabla + \lambda W,\quad m \leftarrow \beta_1 m + (1-\beta_1) g,\quad
+    v \leftarrow \beta_2 v + (1-\beta_2) g^2,\quad
+    W \leftarrow W - \frac{\eta}{1-\beta_1^{t_k}}\,\frac{m}{\sqrt{v}/\sqrt{1-\beta_2^{t_k}} + \epsilon}
+
+with :math:`t_k` client ``k``'s own step count.
+
+The state of every client can be kept between rounds (``persistent`` optimiser state: each client's
+optimiser lives on across the rounds it takes part in, as in common FGL code bases) in an
+:class:`OptimizerStore`, indexed by client id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+__all__ = ["OptimizerStore", "StackedOptimizer"]
+
+_BETAS = (0.9, 0.999)
+_EPS = 1e-8
+
+
+@dataclass
+class OptimizerStore:
+    """Per-client optimiser state kept between rounds, as stacked rows over all clients seen so far.
+
+    Args:
+        rows: Client id -> row index in the stacked state tensors.
+        buffers: Buffer name (``"<param>.exp_avg"``, ...) -> ``(R, ...)`` tensor.
+        steps: ``(R,)`` per-client step counts.
+    """
+
+    rows: dict[int, int] = field(default_factory=dict)
+    buffers: dict[str, Tensor] = field(default_factory=dict)
+    steps: Tensor | None = None
+
+    def gather(self, ids: Sequence[int], like: Mapping[str, Tensor], names: Sequence[str]) -> tuple[dict[str, Tensor], Tensor]:
+        """The state of clients ``ids`` (zeros and step 0 for a client never seen), stacked in that order."""
+        k = len(ids)
+        device = next(iter(like.values())).device
+        known = [self.rows.get(i, -1) for i in ids]
+        idx = torch.tensor([max(r, 0) for r in known], device=device, dtype=torch.long)
+        fresh = torch.tensor([r < 0 for r in known], device=device)
+        out: dict[str, Tensor] = {}
+        for n in names:
+            param = n.rsplit(".", 1)[0]
+            shape = (k, *like[param].shape[1:])
+            if n in self.buffers:
+                buf = self.buffers[n].index_select(0, idx)
+                buf[fresh] = 0
+            else:
+                buf = torch.zeros(shape, dtype=like[param].dtype, device=device)
+            out[n] = buf
+        steps = self.steps.index_select(0, idx.to(self.steps.device)).to(device) if self.steps is not None else None
+        if steps is None:
+            steps = torch.zeros(k, dtype=torch.float64, device=device)
+        else:
+            steps = steps.clone()
+            steps[fresh] = 0
+        return out, steps
+
+    def scatter(self, ids: Sequence[int], buffers: Mapping[str, Tensor], steps: Tensor) -> None:
+        """Store the state of clients ``ids`` (rows of ``buffers`` and ``steps`` in that order)."""
+        for i in ids:
+            if i not in self.rows:
+                self.rows[i] = len(self.rows)
+        total = len(self.rows)
+        idx = torch.tensor([self.rows[i] for i in ids], device=steps.device, dtype=torch.long)
+        for n, v in buffers.items():
+            cur = self.buffers.get(n)
+            if cur is None or cur.shape[0] < total:
+                grown = torch.zeros((total, *v.shape[1:]), dtype=v.dtype, device=v.device)
+                if cur is not None:
+                    grown[: cur.shape[0]] = cur
+                cur = grown
+            cur.index_copy_(0, idx, v.detach())
+            self.buffers[n] = cur
+        if self.steps is None or self.steps.shape[0] < total:
+            grown = torch.zeros(total, dtype=torch.float64, device=steps.device)
+            if self.steps is not None:
+                grown[: self.steps.shape[0]] = self.steps
+            self.steps = grown
+        self.steps.index_copy_(0, idx, steps)
+
+
+class StackedOptimizer:
+    """Adam or SGD over stacked ``(K, ...)`` leaves, one independent optimiser per row.
+
+    Args:
+        leaves: Name -> stacked leaf tensor (``requires_grad``).
+        name: ``"adam"`` or ``"sgd"``.
+        lr: Learning rate.
+        weight_decay: L2 penalty added to the gradient.
+        momentum: SGD momentum (0: plain SGD).
+        state: Initial buffers (``"<param>.exp_avg"``, ``"<param>.exp_avg_sq"`` or ``"<param>.momentum"``)
+            and per-row step counts, as returned by :meth:`OptimizerStore.gather`; ``None`` starts fresh.
+    """
+
+    def __init__(
+        self,
+        leaves: Mapping[str, Tensor],
+        name: str,
+        lr: float,
+        weight_decay: float = 0.0,
+        momentum: float = 0.0,
+        state: tuple[dict[str, Tensor], Tensor] | None = None,
+    ) -> None:
+        if name not in ("adam", "sgd"):
+            raise ValueError(f"unknown optimizer {name!r}; valid: 'adam', 'sgd'")
+        self.leaves = dict(leaves)
+        self.name, self.lr, self.weight_decay, self.momentum = name, lr, weight_decay, momentum
+        first = next(iter(self.leaves.values()))
+        k = first.shape[0]
+        if state is None:
+            names = self.buffer_names()
+            self.buffers = {
+                n: torch.zeros_like(self.leaves[n.rsplit(".", 1)[0]], memory_format=torch.contiguous_format)
+                for n in names
+            }
+            self.steps = torch.zeros(k, dtype=torch.float64, device=first.device)
+        else:
+            self.buffers = {n: v.detach().clone() for n, v in state[0].items()}
+            self.steps = state[1].detach().clone().to(first.device)
+
+    def buffer_names(self) -> list[str]:
+        """Names of the state buffers this optimiser keeps."""
+        if self.name == "adam":
+            return [f"{p}.{b}" for p in self.leaves for b in ("exp_avg", "exp_avg_sq")]
+        if self.momentum > 0:
+            return [f"{p}.momentum" for p in self.leaves]
+        return []
+
+    def zero_grad(self) -> None:
+        for p in self.leaves.values():
+            p.grad = None
+
+    @torch.no_grad()
+    def step(self) -> None:
+        """One update of every row."""
+        self.steps += 1
+        k = self.steps.shape[0]
+        if self.name == "adam":
+            b1, b2 = _BETAS
+            t = self.steps
+            bc1 = 1 - torch.pow(torch.full_like(t, b1), t)
+            bc2_sqrt = torch.sqrt(1 - torch.pow(torch.full_like(t, b2), t))
+        for n, p in self.leaves.items():
+            if p.grad is None:
+                continue
+            g = p.grad
+            if self.weight_decay:
+                g = g.add(p, alpha=self.weight_decay)
+            view = (k,) + (1,) * (p.dim() - 1)
+            if self.name == "adam":
+                m, v = self.buffers[f"{n}.exp_avg"], self.buffers[f"{n}.exp_avg_sq"]
+                m.lerp_(g, 1 - b1)
+                v.mul_(b2).addcmul_(g, g, value=1 - b2)
+                step_size = (self.lr / bc1).to(p.dtype).view(view)
+                denom = (v.sqrt() / bc2_sqrt.to(p.dtype).view(view)).add_(_EPS)
+                update = m / denom * step_size
+            else:
+                if self.momentum > 0:
+                    buf = self.buffers[f"{n}.momentum"]
+                    fresh = (self.steps == 1).view(view)
+                    buf.copy_(torch.where(fresh, g, buf * self.momentum + g))
+                    g = buf
+                update = g * self.lr
+            p.sub_(update)
+
+    def state(self) -> tuple[dict[str, Tensor], Tensor]:
+        """``(buffers, steps)`` for :meth:`OptimizerStore.scatter`."""
+        return self.buffers, self.steps
+

@@ -1,0 +1,114 @@
+"""The results folder of a run: resolved config, ``metrics.json``, per-client CSV and a PNG plot.
+
+Layout::
+
+    <dir>/config.toml     the resolved RunConfig (re-runnable with ``securefgl run --config``)
+    <dir>/metrics.json    status, per-seed round records and final metrics, mean/std over seeds
+    <dir>/clients.csv     one row per (seed, client): final val/test accuracy and F1, minority accuracy,
+                          bytes up and down
+    <dir>/plot.png        validation/test accuracy and cumulative communication against rounds
+
+A run that fails part-way still writes these with ``"status": "failed"`` and the rounds it completed.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from securefgl.config import save_config
+
+if TYPE_CHECKING:
+    from securefgl.engine.config import RunConfig
+    from securefgl.engine.runner import SeedResult
+
+__all__ = ["write_results"]
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, float):
+        return None if math.isnan(obj) or math.isinf(obj) else obj
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_jsonable(v) for v in obj]
+    return obj
+
+
+def write_results(
+    out_dir: Path,
+    config: RunConfig,
+    seeds: list[SeedResult],
+    summary: dict[str, dict[str, float]],
+    *,
+    status: str = "ok",
+    error: str | None = None,
+    extra: dict[str, Any] | None = None,
+    plot: bool = True,
+) -> Path:
+    """Write (or overwrite) the results folder and return it."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    save_config(config, out_dir / "config.toml")
+    payload = {
+        "status": status,
+        "error": error,
+        **(extra or {}),
+        "summary": summary,
+        "seeds": [s.to_dict() for s in seeds],
+    }
+    (out_dir / "metrics.json").write_text(json.dumps(_jsonable(payload), indent=2) + "\n", encoding="utf-8")
+    _write_csv(out_dir / "clients.csv", seeds)
+    if plot and any(s.rounds for s in seeds):
+        _plot(out_dir / "plot.png", seeds)
+    return out_dir
+
+
+def _write_csv(path: Path, seeds: list[SeedResult]) -> None:
+    rows = []
+    for s in seeds:
+        traffic = s.client_bytes()
+        if s.final is None:
+            continue
+        for cm in s.final.per_client:
+            up, down = traffic.get(cm.client, (0, 0))
+            rows.append({"seed": s.seed, **cm.row(), "bytes_up": up, "bytes_down": down})
+    fields = list(rows[0]) if rows else ["seed", "client"]
+    with path.open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def _plot(path: Path, seeds: list[SeedResult]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    fig, (ax_acc, ax_com) = plt.subplots(1, 2, figsize=(10, 4))
+    for s in seeds:
+        xs = [r.global_round + 1 for r in s.rounds if r.metrics]
+        for key, style in (("val_acc", "--"), ("test_acc", "-")):
+            ys = [100 * r.metrics[key] for r in s.rounds if r.metrics]
+            if xs:
+                ax_acc.plot(xs, ys, style, label=f"seed {s.seed} {key.replace('_acc', '')}")
+        total, cum, rx = 0, [], []
+        for r in s.rounds:
+            total += r.total_up + r.total_down
+            cum.append(total / 2**20)
+            rx.append(r.global_round + 1)
+        ax_com.plot(rx, cum, label=f"seed {s.seed}")
+    ax_acc.set_xlabel("round")
+    ax_acc.set_ylabel("accuracy (%)")
+    ax_acc.set_title("accuracy (node-weighted over clients)")
+    ax_acc.legend(fontsize=7)
+    ax_com.set_xlabel("round")
+    ax_com.set_ylabel("MiB (up + down, all clients)")
+    ax_com.set_title("cumulative communication")
+    ax_com.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

@@ -1,0 +1,31 @@
+"""securefgl.nn: the GNN models (one module per family), their registry and the batched client layout.
+
+Every family has a ``forward(x, edge_index)`` built from PyG layers and a ``batched_forward(params, batch)``
+that runs K clients' copies at once on a :class:`~securefgl.nn.batched.GraphBatch` with stacked parameters.
+"""
+
+from __future__ import annotations
+
+from securefgl.nn.batched import GraphBatch
+from securefgl.nn.gat import GAT
+from securefgl.nn.gcn import GCN
+from securefgl.nn.mlp import MLP
+from securefgl.nn.registry import ModelSpec, available_models, build_model, get_model_class, register_model
+from securefgl.nn.sage import GraphSAGE
+from securefgl.nn.sgc import SGC
+
+__all__ = [
+    "GAT",
+    "GCN",
+    "MLP",
+    "SGC",
+    "GraphBatch",
+    "GraphSAGE",
+    "ModelSpec",
+    "available_models",
+    "build_model",
+    "get_model_class",
+    "register_model",
+]
+
+classes = ["GAT", "GCN", "GraphSAGE", "MLP", "SGC"]

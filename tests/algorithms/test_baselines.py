@@ -1,0 +1,123 @@
+"""The baselines: Centralized and FedAvg reach sane accuracy on Cora; FedProx, Local, FedAvg+FT behave."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import securefgl
+from securefgl.algorithms.base import Client, RoundState, Setting
+from securefgl.algorithms.registry import create_algorithm, get_algorithm
+from securefgl.data import make_csbm, partition_graph
+from securefgl.engine.config import RunConfig
+from securefgl.errors import ConfigError
+
+
+def cora(**sections):
+    cfg = {
+        "dataset": {"name": "Cora"},
+        "partition": {"method": "louvain", "clients": 10},
+        "protocol": {"name": "plaintext"},
+        "output": {"save": False},
+    }
+    for k, v in sections.items():
+        cfg[k] = {**cfg.get(k, {}), **v}
+    return cfg
+
+
+def test_centralized_gcn_on_cora_public_split(data_root):
+    # Kipf & Welling's setting: public split (140 labels), lr 0.01, weight decay 5e-4, dropout 0.5, 200 epochs.
+    res = securefgl.run(
+        cora(
+            algorithm={"name": "centralized"},
+            partition={"method": "metis", "split": "public"},
+            train={"rounds": 20, "local_epochs": 10, "weight_decay": 5e-4, "eval_every": 2},
+        )
+    )
+    s = res.seeds[0]
+    assert s.final.overall["test_acc_pooled"] > 0.78
+    assert s.final.overall["test_acc"] > 0.78
+
+
+def test_fedavg_on_cora_louvain(data_root):
+    res = securefgl.run(cora(train={"rounds": 15}))
+    s = res.seeds[0]
+    assert s.final.overall["val_acc"] > 0.75
+    assert s.final.overall["test_acc"] > 0.72
+    assert s.bytes_up > 15 * 10 * 4 * 92_000  # every client uploads the whole model each round
+
+
+@pytest.mark.slow
+def test_fedavg_secagg_equals_plaintext_on_cora_three_seeds(data_root):
+    plain = securefgl.run(cora(train={"rounds": 10}), seeds=[0, 1, 2])
+    secure = securefgl.run(cora(protocol={"name": "secagg"}, train={"rounds": 10}), seeds=[0, 1, 2])
+    for a, b in zip(plain.seeds, secure.seeds, strict=True):
+        assert abs(a.final.overall["test_acc"] - b.final.overall["test_acc"]) <= 0.002
+
+
+def _setup(algorithm: str, options=None, **train):
+    data = make_csbm(num_nodes=400, num_classes=3, num_features=8, avg_degree=6.0, seed=0)
+    fg = partition_graph(data, "louvain", 4, seed=0, cache=False)
+    cfg = RunConfig.from_mapping(
+        {"partition": {"clients": 4, "cache": False}, "model": {"hidden": 8, "dropout": 0.0}, "train": train}
+    )
+    setting = Setting(8, 3, 4, fg.num_nodes, fg.num_nodes, cfg.model, cfg.train, max_clients_per_round=4)
+    alg = create_algorithm(algorithm, setting, options)
+    ws: dict = {}
+    clients = [Client(i, d, torch.Generator().manual_seed(i), workspace=ws) for i, d in enumerate(fg.clients)]
+    return alg, clients
+
+
+def test_fedavg_uploads_weighted_numerator_and_count():
+    alg, clients = _setup("fedavg", local_epochs=1)
+    server = alg.init_server(torch.Generator().manual_seed(0))
+    bc = alg.initial_broadcast(server)
+    rs = RoundState("train", 0, 0, tuple(c.id for c in clients), bc)
+    schema = alg.schema(rs)
+    out = alg.client_steps(clients, rs)
+    for c in clients:
+        n = c.num_train
+        assert int(out[c.id]["n"][0]) == n
+        for name in bc:
+            w = out[c.id][f"w.{name}"] / max(n, 1)
+            assert w.shape == bc[name].shape and bool(w.abs().max() <= 16.0)
+        schema.validate(out[c.id])  # the contribution fits its declared schema
+    uniform, clients_u = _setup("fedavg", {"weighting": "uniform"}, local_epochs=1)
+    outu = uniform.client_steps(clients_u, rs)
+    assert all(int(outu[c.id]["n"][0]) == 1 for c in clients_u)
+
+
+def test_fedprox_with_zero_mu_is_fedavg_and_positive_mu_differs():
+    base = {"dataset": {"name": "csbm", "csbm": {"num_nodes": 500, "num_classes": 3, "num_features": 8}},
+            "partition": {"clients": 4, "cache": False}, "protocol": {"name": "plaintext"},
+            "train": {"rounds": 3}, "output": {"save": False}}
+    fedavg = securefgl.run(base).seeds[0]
+    prox0 = securefgl.run(base, algorithm={"name": "fedprox", "options": {"mu": 0.0}}).seeds[0]
+    prox1 = securefgl.run(base, algorithm={"name": "fedprox", "options": {"mu": 1.0}}).seeds[0]
+    assert [r.loss for r in fedavg.rounds] == [r.loss for r in prox0.rounds]
+    assert [r.loss for r in fedavg.rounds] != [r.loss for r in prox1.rounds]
+    with pytest.raises(ConfigError, match="mu"):
+        get_algorithm("fedprox")(None, {"mu": -1.0})
+
+
+def test_fedavg_finetune_adds_a_local_phase():
+    base = {"dataset": {"name": "csbm", "csbm": {"num_nodes": 500, "num_classes": 3, "num_features": 8}},
+            "partition": {"clients": 4, "cache": False}, "protocol": {"name": "plaintext"},
+            "train": {"rounds": 2}, "output": {"save": False}}
+    s = securefgl.run(base, algorithm={"name": "fedavg", "options": {"finetune_epochs": 5}}).seeds[0]
+    assert [r.phase for r in s.rounds] == ["train", "train", "finetune"]
+    assert s.final.phase == "finetune"
+    assert s.rounds[-1].total_up == 0
+
+
+def test_local_models_differ_per_client():
+    alg, clients = _setup("local", local_epochs=2)
+    rs = RoundState("train", 0, 0, tuple(c.id for c in clients), {})
+    assert alg.requests(rs) == ()
+    alg.client_steps(clients, rs)
+    ids, params = clients[0].workspace["local_params"]
+    assert ids == tuple(c.id for c in clients)
+    first = next(iter(params.values()))
+    assert not torch.allclose(first[0], first[1])
+    scores = alg.evaluate(clients, {}, rs)
+    assert all(scores[c.id].shape == (c.num_nodes, 3) for c in clients)

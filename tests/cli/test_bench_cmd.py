@@ -1,0 +1,127 @@
+"""Tests for ``securefgl bench protocols`` and the benchmark library behind it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from securefgl.benchmarking import (
+    BenchConfig,
+    available_sections,
+    format_rows,
+    plaintext_sum_seconds,
+    prg_floor_seconds,
+    register_section,
+    run_benchmarks,
+    run_protocol_case,
+)
+from securefgl.cli import app, main
+from securefgl.errors import ConfigError
+
+runner = CliRunner()
+
+
+def test_prg_floor_and_plain_sum_are_measured() -> None:
+    import numpy as np
+
+    t1 = prg_floor_seconds(1, 100_000, 20)
+    t8 = prg_floor_seconds(8, 100_000, 40)
+    assert 0 < t1 < 0.5 and 0 < t8 < 2.0
+    assert 0 < plaintext_sum_seconds([np.ones(1000)] * 5) < 0.5
+    assert plaintext_sum_seconds([]) == 0.0
+
+
+def test_run_protocol_case_plaintext_row() -> None:
+    row = run_protocol_case("plaintext", 4, 1000, 0.25, seed=1)
+    assert row["protocol"] == "plaintext" and row["n"] == 4 and row["d"] == 1000
+    assert row["survivors"] == 3 and row["dropped"] == 1 and row["input_phase"] == "input"
+    assert row["masks"] is False and row["client_vs_prg"] is None
+    # float64 vector of 1000 elements plus framing, per participating client
+    assert 8000 < row["bytes_up_per_client"] < 8200
+    assert row["server_ms"] > 0 and row["plain_sum_ms"] > 0 and row["server_vs_plain_sum"] > 0
+
+
+def test_sections_registry_refuses_silent_overwrite() -> None:
+    assert {"protocols", "unmasking"} <= set(available_sections())
+    with pytest.raises(ConfigError, match="already registered"):
+        register_section("protocols", lambda cfg: [])
+    with pytest.raises(ConfigError, match="unknown benchmark section"):
+        run_benchmarks(BenchConfig(sections=("nope",)))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"clients": (1,)}, "--clients"),
+        ({"lengths": (0,)}, "--length"),
+        ({"dropouts": (1.0,)}, "--dropout"),
+        ({"repeats": 0}, "repeats"),
+        ({"prg": "rc4"}, "prg"),
+    ],
+)
+def test_config_validation(kwargs: dict, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        BenchConfig(**kwargs)
+
+
+def test_format_rows() -> None:
+    text = format_rows(
+        [{"a": 1, "b": 0.5, "c": None, "d": True}, {"a": 1_000_000, "b": 1234.5, "c": "x", "d": False}]
+    )
+    lines = text.splitlines()
+    assert lines[0].split("|")[1].strip() == "a" and len(lines) == 4
+    assert "1e6" in lines[3] and "1234" in lines[3] and "NO" in lines[3] and "-" in lines[2]
+    assert format_rows([]) == "(no rows)"
+
+
+def test_cli_json_output() -> None:
+    result = runner.invoke(
+        app,
+        ["bench", "protocols", "--protocol", "plaintext", "-n", "3", "-d", "500", "--dropout", "0", "--json"],
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    rows = data["sections"]["protocols"]
+    assert [r["protocol"] for r in rows] == ["plaintext"] and rows[0]["n"] == 3 and rows[0]["d"] == 500
+    assert data["machine"]["cpu_count"] >= 1 and data["config"]["clients"] == [3]
+
+
+def test_cli_table_output() -> None:
+    result = runner.invoke(app, ["bench", "protocols", "-p", "plaintext", "-n", "2", "-d", "100"])
+    assert result.exit_code == 0, result.output
+    assert "## protocols" in result.stdout and "| plaintext |" in result.stdout.replace("  ", " ")
+
+
+def test_cli_errors_map_to_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", "protocols", "--protocol", "nosuch", "-n", "2", "-d", "10"])
+    assert exc.value.code == 2
+    assert "unknown protocol 'nosuch'" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", "protocols", "--dropout", "1.5"])
+    assert exc.value.code == 2
+
+
+def test_cli_help_lists_protocols() -> None:
+    result = runner.invoke(app, ["bench", "protocols", "--help"])
+    assert result.exit_code == 0 and "plaintext" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("name", "phase"),
+    [("plaintext", "input"), ("secagg", "masked_input"), ("secagg+", "masked_input"), ("ckks", "upload")],
+)
+def test_benchmark_drops_clients_at_their_upload_stage(name: str, phase: str) -> None:
+    import numpy as np
+
+    from securefgl.benchmarking import _dropout_plan
+    from securefgl.protocols import get_protocol
+
+    try:
+        proto = get_protocol(name)
+    except ConfigError as exc:  # an optional protocol whose dependency is missing
+        pytest.skip(str(exc))
+    plan = _dropout_plan(proto, list(range(10)), 0.2, np.random.default_rng(0))
+    assert len(plan.at) == 2 and set(plan.at.values()) == {phase}

@@ -1,0 +1,96 @@
+"""``securefgl run`` end to end: the synthetic default, Cora, JSON output, and errors with exit codes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from securefgl.cli import app, main
+
+runner = CliRunner()
+
+
+def test_help_lists_the_registries():
+    res = runner.invoke(app, ["run", "--help"])
+    assert res.exit_code == 0
+    for name in ("secagg", "plaintext", "fedavg", "centralized", "gcn", "sage", "louvain", "Cora"):
+        assert name in res.output
+
+
+def test_default_synthetic_run_with_only_protocol(tmp_path, monkeypatch, data_root):
+    monkeypatch.chdir(tmp_path)
+    res = runner.invoke(app, ["run", "--protocol", "secagg"])
+    assert res.exit_code == 0, res.output
+    for needle in ("Per-client test results", "test accuracy %", "time cryptography", "bytes up / down"):
+        assert needle in res.output
+    folders = list((tmp_path / "results").iterdir())
+    assert len(folders) == 1
+    assert {p.name for p in folders[0].iterdir()} == {"config.toml", "metrics.json", "clients.csv", "plot.png"}
+    metrics = json.loads((folders[0] / "metrics.json").read_text())
+    assert metrics["status"] == "ok" and metrics["graph"]["name"] == "csbm"
+    assert metrics["summary"]["test_acc"]["mean"] > 0.8
+
+
+def test_cora_quiet_two_seeds(tmp_path, data_root):
+    res = runner.invoke(
+        app,
+        ["run", "--protocol", "plaintext", "--dataset", "Cora", "--partition", "louvain", "--clients", "5",
+         "--rounds", "3", "--seeds", "0,1", "--quiet", "--output", str(tmp_path / "cora")],
+    )
+    assert res.exit_code == 0, res.output
+    assert res.output.startswith("test acc ") and "±" in res.output
+    metrics = json.loads((tmp_path / "cora" / "metrics.json").read_text())
+    assert [s["seed"] for s in metrics["seeds"]] == [0, 1]
+    assert metrics["graph"]["name"] == "Cora" and metrics["graph"]["num_clients"] == 5
+
+
+def test_json_output_for_pipelines(data_root):
+    res = runner.invoke(
+        app, ["run", "--protocol", "plaintext", "--rounds", "2", "--no-save", "--json", "--model", "sage",
+              "--set", "dataset.csbm.num_nodes=500", "--set", "train.eval_every=2"],
+    )
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert out["config"]["model"]["name"] == "sage" and out["config"]["dataset"]["csbm"]["num_nodes"] == 500
+    assert out["output_dir"] is None
+    assert set(out["summary"]["test_f1"]) == {"mean", "std"}
+    assert "rounds" not in out["seeds"][0]
+
+
+def _exit(argv, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    return info.value.code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv, code, needle",
+    [
+        (["run", "--protocol", "rot13", "--no-save"], 2, "unknown protocol 'rot13'"),
+        (["run", "--model", "transformer", "--no-save"], 2, "valid choices: gat, gcn"),
+        (["run", "--algorithm", "local", "--dropout", "0.2", "--no-save"], 3, "never communicates"),
+        (["run", "--seeds", "a,b", "--no-save"], 2, "--seeds"),
+        (["run", "--set", "train.clients_per_round=11", "--no-save"], 2, "more clients per round"),
+        (["run", "--device", "tpu", "--no-save"], 2, "unknown device 'tpu'"),
+    ],
+)
+def test_errors_map_to_exit_codes(argv, code, needle, capsys, data_root):
+    got, err = _exit(argv, capsys)
+    assert got == code
+    assert needle in err and err.startswith("error: ")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message when CUDA is absent")
+def test_cuda_asked_but_absent(capsys, data_root):
+    got, err = _exit(["run", "--device", "cuda", "--no-save"], capsys)
+    assert got == 2 and "CUDA is not available" in err
+
+
+def test_json_errors(data_root):
+    res = runner.invoke(app, ["run", "--protocol", "rot13", "--json"])
+    assert res.exit_code == 2
+    out = json.loads(res.output)
+    assert out["type"] == "ConfigError" and out["exit_code"] == 2 and "rot13" in out["error"]

@@ -1,0 +1,263 @@
+"""Tests of securefgl.protocols._prg: known-answer vectors, key derivation, mask uniformity, limits."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+from scipy import stats
+
+from securefgl.errors import ConfigError
+from securefgl.protocols._prg import (
+    InsecureDeterministicRandom,
+    MaskExpander,
+    derive_key,
+    hkdf_info,
+    keystream_into,
+    ring_dtype,
+)
+
+_spec = importlib.util.spec_from_file_location(
+    "vectors_loader", Path(__file__).resolve().parents[1] / "vectors" / "loader.py"
+)
+assert _spec is not None and _spec.loader is not None
+_loader = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_loader)
+load_vectors = _loader.load_vectors
+
+
+# -- official vectors, through cryptography ---------------------------------------------------------
+
+
+def test_aes256_ctr_nist_sp800_38a() -> None:
+    (v,) = load_vectors("prg/aes256ctr_sp800_38a.json")["vectors"]
+    enc = Cipher(algorithms.AES(bytes.fromhex(v["key"])), modes.CTR(bytes.fromhex(v["counter"]))).encryptor()
+    assert enc.update(bytes.fromhex(v["plaintext"])).hex() == v["ciphertext"]
+    # the counter block is a 128-bit big-endian integer incremented with carry (our layout for
+    # start_block); the NIST counter lies beyond our per-key cap, so check the carry directly
+    key = bytes.fromhex(v["key"])
+    one = (
+        Cipher(algorithms.AES(key), modes.CTR((2**64 - 1).to_bytes(16, "big"))).encryptor().update(bytes(32))
+    )
+    two = Cipher(algorithms.AES(key), modes.CTR((2**64).to_bytes(16, "big"))).encryptor().update(bytes(16))
+    assert one[16:] == two
+
+
+@pytest.mark.parametrize("case", range(2))
+def test_chacha20_rfc8439(case: int) -> None:
+    data = load_vectors("prg/chacha20_rfc8439.json")
+    v = data["vectors"][case]
+    pt = v["plaintext_ascii"].encode() if v["plaintext_ascii"] else bytes(v["keystream_bytes"])
+    nonce16 = v["counter"].to_bytes(4, "little") + bytes.fromhex(v["nonce"])
+    enc = Cipher(algorithms.ChaCha20(bytes.fromhex(v["key"]), nonce16), None).encryptor()
+    assert enc.update(pt).hex() == v["ciphertext"]
+    if bytes.fromhex(v["nonce"]) == bytes(12):  # our layout: RFC 8439 with an all-zero nonce
+        out = np.empty(len(pt), dtype=np.uint8)
+        keystream_into(bytes.fromhex(v["key"]), out, algorithm="chacha20", start_block=v["counter"])
+        assert (out ^ np.frombuffer(pt, dtype=np.uint8)).tobytes().hex() == v["ciphertext"]
+
+
+def test_chacha20_counter_overflow_is_refused() -> None:
+    (bad,) = load_vectors("prg/chacha20_rfc8439.json")["invalid"]
+    out = np.empty(bad["bytes"], dtype=np.uint8)
+    with pytest.raises(ConfigError, match="blocks per key"):
+        keystream_into(bytes.fromhex(bad["key"]), out, algorithm="chacha20", start_block=bad["start_block"])
+    # cryptography itself refuses to wrap as well (never a silent wrap)
+    nonce = bad["start_block"].to_bytes(4, "little") + bytes(12)
+    enc = Cipher(algorithms.ChaCha20(bytes.fromhex(bad["key"]), nonce), None).encryptor()
+    with pytest.raises(ValueError):
+        enc.update(bytes(bad["bytes"]))
+
+
+@pytest.mark.parametrize("case", ["A.1", "A.2", "A.3"])
+def test_hkdf_rfc5869(case: str) -> None:
+    v = next(x for x in load_vectors("kdf/hkdf_sha256_rfc5869.json")["vectors"] if x["case"] == case)
+    hk = HKDF(
+        algorithm=hashes.SHA256(),
+        length=v["length"],
+        salt=bytes.fromhex(v["salt"]) or None,
+        info=bytes.fromhex(v["info"]),
+    )
+    assert hk.derive(bytes.fromhex(v["ikm"])).hex() == v["okm"]
+
+
+def test_x25519_rfc7748() -> None:
+    data = load_vectors("x25519/x25519_rfc7748.json")
+    for v in data["vectors"]:
+        if "scalar" in v:
+            k = X25519PrivateKey.from_private_bytes(bytes.fromhex(v["scalar"]))
+            assert k.exchange(X25519PublicKey.from_public_bytes(bytes.fromhex(v["u"]))).hex() == v["out"]
+        else:
+            a = X25519PrivateKey.from_private_bytes(bytes.fromhex(v["alice_private"]))
+            b = X25519PrivateKey.from_private_bytes(bytes.fromhex(v["bob_private"]))
+            assert a.public_key().public_bytes_raw().hex() == v["alice_public"]
+            assert b.public_key().public_bytes_raw().hex() == v["bob_public"]
+            assert a.exchange(b.public_key()).hex() == v["shared"] == b.exchange(a.public_key()).hex()
+    (bad,) = data["invalid"]
+    k = X25519PrivateKey.from_private_bytes(bytes.fromhex(bad["scalar"]))
+    with pytest.raises(ValueError):
+        k.exchange(X25519PublicKey.from_public_bytes(bytes.fromhex(bad["u"])))
+
+
+def test_chacha20poly1305_rfc8439() -> None:
+    data = load_vectors("aead/chacha20poly1305_rfc8439.json")
+    (v,) = data["vectors"]
+    aead = ChaCha20Poly1305(bytes.fromhex(v["key"]))
+    nonce, aad = bytes.fromhex(v["nonce"]), bytes.fromhex(v["aad"])
+    out = aead.encrypt(nonce, v["plaintext_ascii"].encode(), aad)
+    assert out.hex() == v["ciphertext"] + v["tag"]
+    bad = bytearray(out)
+    bad[-16] ^= 1 << data["invalid"][0]["flip_tag_bit"]
+    with pytest.raises(InvalidTag):
+        aead.decrypt(nonce, bytes(bad), aad)
+
+
+# -- securefgl's own vectors ----------------------------------------------------------------------------
+
+
+def test_mask_expansion_vectors() -> None:
+    data = load_vectors("prg/securefgl_mask_expansion.json")
+    for v in data["vectors"]:
+        ex = MaskExpander(v["length"], v["ring_bits"], algorithm=v["algorithm"])
+        if v["start_block"] == 0:
+            got = ex.expand(bytes.fromhex(v["key"]))
+        else:
+            buf = np.empty(v["length"], dtype=ex.dtype)
+            got = ex.reduce(
+                keystream_into(
+                    bytes.fromhex(v["key"]), buf, algorithm=v["algorithm"], start_block=v["start_block"]
+                )
+            )
+        assert [str(int(x)) for x in got] == v["values"]
+    for bad in data["invalid"]:
+        key = os.urandom(bad.get("key_bytes", 32))
+        buf = np.empty(bad["length"], dtype=ring_dtype(bad["ring_bits"]))
+        with pytest.raises(ConfigError):
+            keystream_into(key, buf, algorithm=bad["algorithm"], start_block=bad.get("start_block", 0))
+
+
+def test_derive_key_vectors() -> None:
+    data = load_vectors("kdf/securefgl_derive_key.json")
+    for v in data["vectors"]:
+        pair = tuple(v["pair"]) if v["pair"] else None
+        sid = bytes.fromhex(v["session_id"])
+        info = hkdf_info(
+            v["purpose"], session_id=sid, round_index=v["round_index"], pair=pair, label=v["label"]
+        )
+        assert info.hex() == v["info"]
+        key = derive_key(
+            bytes.fromhex(v["secret"]),
+            v["purpose"],
+            session_id=sid,
+            round_index=v["round_index"],
+            pair=pair,
+            label=v["label"],
+        )
+        assert key.hex() == v["key"]
+    (bad,) = data["invalid"]
+    with pytest.raises(ConfigError, match="at least 32 bytes"):
+        derive_key(os.urandom(bad["secret_bytes"]), "pairwise-mask")
+
+
+# -- properties -----------------------------------------------------------------------------------------
+
+
+def test_info_strings_separate_every_field() -> None:
+    base = dict(session_id=b"s" * 32, round_index=1, pair=(1, 2), label=b"vector")
+    infos = {
+        hkdf_info("pairwise-mask", **base),
+        hkdf_info("self-mask", **base),
+        hkdf_info("pairwise-mask", **{**base, "session_id": b"t" * 32}),
+        hkdf_info("pairwise-mask", **{**base, "round_index": 2}),
+        hkdf_info("pairwise-mask", **{**base, "pair": (2, 1)}),
+        hkdf_info("pairwise-mask", **{**base, "pair": None}),
+        hkdf_info("pairwise-mask", **{**base, "label": b"vector2"}),
+        # length prefixes: moving a byte between purpose and session id changes the string
+        hkdf_info("pairwise-masks", **{**base, "session_id": b"s" * 31}),
+    }
+    assert len(infos) == 8
+
+
+def test_ring_dtype_choice() -> None:
+    assert ring_dtype(1) == np.uint32 and ring_dtype(32) == np.uint32
+    assert ring_dtype(33) == np.uint64 and ring_dtype(64) == np.uint64
+    for bad in (0, 65, 2.5, True):
+        with pytest.raises(ConfigError):
+            ring_dtype(bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("algorithm", ["aes256-ctr", "chacha20"])
+@pytest.mark.parametrize("bits", [7, 20, 32, 45, 64])
+def test_masks_are_uniform_in_the_ring(algorithm: str, bits: int) -> None:
+    """Chi-square of the top 4 bits of 200k mask elements, and per-bit frequencies, against uniform."""
+    ex = MaskExpander(200_000, bits, algorithm=algorithm)
+    m = ex.expand(os.urandom(32)).astype(np.uint64)
+    assert int(m.max()) < 2**bits
+    top = (m >> np.uint64(max(bits - 4, 0))).astype(np.int64)
+    counts = np.bincount(top, minlength=2 ** min(4, bits))
+    assert stats.chisquare(counts).pvalue > 1e-4
+    for b in range(bits):
+        ones = int(((m >> np.uint64(b)) & np.uint64(1)).sum())
+        z = (ones - m.size / 2) / np.sqrt(m.size / 4)
+        assert abs(z) < 5.5, (b, z)
+
+
+def test_accumulate_wraps_and_reduces() -> None:
+    ex = MaskExpander(1000, 20)
+    keys = [os.urandom(32) for _ in range(5)]
+    acc = ex.zeros()
+    for k in keys:
+        ex.add(acc, k)
+    ex.subtract(acc, keys[2])
+    ex.reduce(acc)
+    ref = sum(ex.expand(k).astype(object) for i, k in enumerate(keys) if i != 2) % 2**20
+    assert np.array_equal(acc.astype(object), ref)
+    with pytest.raises(ConfigError, match="accumulator"):
+        ex.add(np.zeros(1000, dtype=np.uint64), keys[0])
+
+
+def test_keystream_chunks_concatenate() -> None:
+    key = os.urandom(32)
+    for alg, block in (("aes256-ctr", 16), ("chacha20", 64)):
+        whole = np.empty(4096, dtype=np.uint8)
+        keystream_into(key, whole, algorithm=alg)
+        tail = np.empty(4096 - 5 * block, dtype=np.uint8)
+        keystream_into(key, tail, algorithm=alg, start_block=5)
+        assert np.array_equal(whole[5 * block :], tail)
+
+
+def test_different_keys_give_different_masks_and_same_key_same_mask() -> None:
+    ex = MaskExpander(64, 64)
+    k = os.urandom(32)
+    assert np.array_equal(ex.expand(k), ex.expand(k))
+    assert not np.array_equal(ex.expand(k), ex.expand(os.urandom(32)))
+
+
+def test_insecure_random_is_reproducible_and_separated() -> None:
+    a, b = InsecureDeterministicRandom(b"seed", "x"), InsecureDeterministicRandom(b"seed", "x")
+    assert a(40) == b(40) and a(7) == b(7)
+    assert InsecureDeterministicRandom(b"seed", "y")(16) != InsecureDeterministicRandom(b"seed", "x")(16)
+    assert InsecureDeterministicRandom(b"\x01")(16) != InsecureDeterministicRandom(b"\x01\x00")(16)
+    assert InsecureDeterministicRandom(5)(16) == InsecureDeterministicRandom(5)(16)
+    with pytest.raises(ConfigError):
+        InsecureDeterministicRandom(b"")
+
+
+def test_bad_arguments() -> None:
+    with pytest.raises(ConfigError, match="unknown PRG algorithm"):
+        MaskExpander(4, 32, algorithm="rc4")
+    with pytest.raises(ConfigError, match="32 bytes"):
+        keystream_into(b"short", np.empty(4, dtype=np.uint32))
+    with pytest.raises(ConfigError, match="contiguous"):
+        keystream_into(os.urandom(32), np.empty((4, 4), dtype=np.uint32)[:, 0])
+    with pytest.raises(ConfigError, match="purpose"):
+        hkdf_info("")
