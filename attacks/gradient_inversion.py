@@ -74,6 +74,7 @@ __all__ = [
     "ModelUpdate",
     "Reconstruction",
     "TrainingRecipe",
+    "bias_candidates",
     "invert_update",
     "label_accuracy",
     "last_layer_bias",
@@ -155,8 +156,8 @@ class InversionConfig:
         objective: ``"cosine"`` (Inverting Gradients) or ``"euclidean"`` (DLG). (default: ``"cosine"``)
         optimizer: ``"lbfgs"`` or ``"adam"`` (signed gradients, step decay, as Inverting Gradients).
             (default: ``"lbfgs"``)
-        iterations: Iterations per restart. (default: ``150``)
-        restarts: Random restarts; the lowest objective wins. (default: ``6``)
+        iterations: Iterations per restart. (default: ``200``)
+        restarts: Random restarts; the lowest objective wins. (default: ``10``)
         step: Adam step size. (default: ``0.1``)
         prior: ``"none"``, ``"nonneg"`` (features >= 0) or ``"binary"`` (features in [0, 1], sparse).
             (default: ``"none"``)
@@ -164,7 +165,13 @@ class InversionConfig:
         support: Zero the features whose first-layer column of the update is zero. (default: ``True``)
         subspace: Search in the row space of the first-layer update (SGD recipes). (default: ``True``)
         graph_known: Use the client's graph structure if the view holds it. (default: ``True``)
-        refine_labels: Re-estimate the label counts from the reconstruction once. (default: ``True``)
+        labels: ``"joint"``: per-node soft labels optimised with the features (DLG), then fixed to their
+            argmax while the features are polished; ``"idlg"``: label counts fixed from the output bias
+            (iDLG), refined with the reconstruction's mean prediction. (default: ``"joint"``)
+        refine_labels: ``"idlg"`` only: re-estimate the counts from quick reconstructions. (default: ``True``)
+        label_passes: At most this many re-estimations (until the counts are stable). (default: ``4``)
+        anchors: SGD recipes: fix the rows that :func:`bias_candidates` proves exact and start the others at
+            the remaining candidates. (default: ``True``)
         adam_eps: Epsilon of the simulated Adam (larger than Adam's own, for stable derivatives).
             (default: ``1e-4``)
         max_unknown_nodes: Refuse a graph-known inversion with more unknown nodes. (default: ``2000``)
@@ -172,15 +179,18 @@ class InversionConfig:
 
     objective: Literal["cosine", "euclidean"] = "cosine"
     optimizer: Literal["lbfgs", "adam"] = "lbfgs"
-    iterations: int = 150
-    restarts: int = 6
+    iterations: int = 200
+    restarts: int = 10
     step: float = 0.1
     prior: Literal["none", "nonneg", "binary"] = "none"
     sparsity: float = 0.0
     support: bool = True
     subspace: bool = True
     graph_known: bool = True
+    labels: Literal["joint", "idlg"] = "joint"
     refine_labels: bool = True
+    label_passes: int = 4
+    anchors: bool = True
     adam_eps: float = 1e-4
     max_unknown_nodes: int = 2000
 
@@ -193,6 +203,8 @@ class InversionConfig:
             raise ConfigError(f"prior must be 'none', 'nonneg' or 'binary', got {self.prior!r}")
         if self.iterations < 1 or self.restarts < 1:
             raise ConfigError(f"iterations and restarts must be >= 1, got {self.iterations}, {self.restarts}")
+        if self.labels not in ("joint", "idlg"):
+            raise ConfigError(f"labels must be 'joint' or 'idlg', got {self.labels!r}")
         if self.sparsity < 0:
             raise ConfigError(f"sparsity must be >= 0, got {self.sparsity}")
 
@@ -297,6 +309,8 @@ def simulate_update(
     ei = _EMPTY_EDGES.to(x.device) if edge_index is None else edge_index
     was = model.training
     model.eval()
+    grad_on = torch.enable_grad()
+    grad_on.__enter__()
     try:
         start = {k: v.detach().to(x.dtype).clone().requires_grad_(True) for k, v in base.items()}
         cur: dict[str, Tensor] = dict(start)
@@ -327,8 +341,10 @@ def simulate_update(
                     vh = v2[k] / (1 - b2**t)
                     nxt[k] = w - recipe.lr * mh / (torch.sqrt(vh + 1e-30) + adam_eps)
             cur = nxt
-        return {k: cur[k] - start[k].detach() for k in cur}
+        delta = {k: cur[k] - start[k].detach() for k in cur}
+        return delta if create_graph else {k: v.detach() for k, v in delta.items()}
     finally:
+        grad_on.__exit__(None, None, None)
         model.train(was)
 
 
@@ -433,9 +449,73 @@ def _support_and_basis(
     if config.subspace and recipe.optimizer == "sgd" and not recipe.weight_decay:
         _, s, vh = torch.linalg.svd(w, full_matrices=False)
         rank = int((s > float(s[0]) * 1e-6).sum())
-        if 0 < rank < num_features:
-            basis = vh[: min(rank, num_features)].to(torch.float32)
+        # The row space holds every unknown row only if it is at least as large as their number (an MLP
+        # with n < hidden: rank n; a single linear layer has rank <= C - 1 and cannot hold n >= C rows).
+        if rows <= rank < num_features:
+            basis = vh[:rank].to(torch.float32)
     return support, basis
+
+
+def _first_layer_bias(model: torch.nn.Module, weight: str) -> str | None:
+    names = dict(model.named_parameters())
+    for cand in (weight.removesuffix(".weight") + ".bias", weight.rsplit(".", 2)[0] + ".bias"):
+        if cand in names and names[cand].dim() == 1 and names[cand].numel() == names[weight].shape[0]:
+            return cand
+    return None
+
+
+def bias_candidates(
+    update: ModelUpdate, model: torch.nn.Module, num_features: int, *, tol: float = 1e-4
+) -> tuple[Tensor, Tensor]:
+    """Rows :math:`\Delta W_1[h] / \Delta b_1[h]` of the first layer and how often each one repeats.
+
+    For a unit :math:`h` of a first layer :math:`W_1 x + b_1` the update is
+    :math:`\Delta W_1[h] = -\eta\sum_{t,i} \delta_{i,h,t}\, x_i` and :math:`\Delta b_1[h] =
+    -\eta\sum_{t,i}\delta_{i,h,t}` (SGD), so the ratio is a weighted mean of the inputs that reach unit
+    :math:`h`, and *exactly* one input when only that input activates the unit (Phong et al. 2017,
+    https://eprint.iacr.org/2017/715, for one sample). Several units active on the same single input give the
+    same row: a row repeated by at least two units is, up to float error, an exact input. For graph models the
+    inputs are what the first layer sees (GCN: :math:`(\hat A X)_i`).
+
+    Returns:
+        ``(rows, repeats)``: ``(m, F)`` distinct candidate rows (cosine < 1 - ``tol`` between any two) sorted
+        by ``repeats`` (``(m,)``, the number of units giving each), most repeated first.
+    """
+    rows: list[Tensor] = []
+    for w in _first_layer_weights(model, num_features):
+        b = _first_layer_bias(model, w)
+        if b is None or w not in update.delta or b not in update.delta:
+            continue
+        dw = update.delta[w].detach().to(torch.float64)
+        db = update.delta[b].detach().to(torch.float64)
+        if dw.dim() != 2 or db.numel() != dw.shape[0]:
+            continue
+        big = db.abs() > db.abs().max() * 1e-6
+        if bool(big.any()):
+            rows.append(dw[big] / db[big, None])
+    if not rows:
+        return torch.empty(0, num_features), torch.empty(0, dtype=torch.long)
+    cand = torch.cat(rows, 0)
+    cand = cand[torch.isfinite(cand).all(1) & (cand.abs().sum(1) > 0)]
+    if cand.numel() == 0:
+        return torch.empty(0, num_features), torch.empty(0, dtype=torch.long)
+    unit = F.normalize(cand, dim=1)
+    same = (unit @ unit.T) > 1 - tol
+    # also require equal norms (a repeated exact input has the same scale, not only the same direction)
+    norms = cand.norm(dim=1)
+    same &= ((norms[:, None] - norms[None, :]).abs() <= 1e-3 * norms[:, None].clamp(min=1e-12))
+    taken = torch.zeros(cand.shape[0], dtype=torch.bool)
+    reps, counts = [], []
+    for i in range(cand.shape[0]):
+        if taken[i]:
+            continue
+        group = same[i] & ~taken
+        taken |= group
+        reps.append(cand[group].mean(0))
+        counts.append(int(group.sum()))
+    order = sorted(range(len(reps)), key=lambda k: -counts[k])
+    return (torch.stack([reps[k] for k in order]).to(torch.float32),
+            torch.tensor([counts[k] for k in order], dtype=torch.long))
 
 
 def _prior_penalty(x: Tensor, config: InversionConfig) -> Tensor:
@@ -536,53 +616,66 @@ def invert_update(
         edge_index, train_rows, rows, graph_used = sub_ei, mapping, int(subset.numel()), True
 
     support, basis = _support_and_basis(update, firsts, num_features, rows, cfg, recipe)
+    if graph_used:
+        basis = None  # the row space bounds the aggregated rows, not every node of the receptive field
     mask = support.to(torch.float32) if support is not None else None
+    anchors = torch.empty(0, num_features)
+    pool = torch.empty(0, num_features)
+    if cfg.anchors and not graph_used and recipe.optimizer == "sgd":
+        cand, reps = bias_candidates(update, model, num_features)
+        anchors = cand[reps >= 2][:rows]
+        pool = cand[reps < 2]
 
     counts = recover_label_counts(update, model, recipe, num_classes, num_nodes=n)
-    best: tuple[float, Tensor | None] = (math.inf, None)
-    passes = 2 if cfg.refine_labels else 1
-    total = passes * cfg.restarts
+    joint = cfg.labels == "joint"
+    quick = max(1, min(2, cfg.restarts))
+    passes = cfg.label_passes if (cfg.labels == "idlg" and cfg.refine_labels) else 0
+    total = passes * quick + cfg.restarts
     done = 0
-    for p in range(passes):
-        y_soft = F.one_hot(_labels_from_counts(counts), num_classes).to(torch.float32)
-        best = (math.inf, None)
-        for _ in range(cfg.restarts):
-            x = _optimise(model, base, obs, keys, recipe, y_soft, rows, num_features, edge_index, train_rows,
-                          basis, mask, cfg, gen)
-            with torch.enable_grad():
-                val = float(
-                    _objective(
-                        simulate_update(model, base, x, y_soft, recipe, edge_index=edge_index,
-                                        train_index=train_rows, adam_eps=cfg.adam_eps, create_graph=False),
-                        obs, keys, cfg.objective,
-                    )
-                )
-            if val < best[0] or best[1] is None:
-                best = (val, x)
+
+    def attempt(restarts: int, counts: Tensor | None) -> tuple[float, Tensor, Tensor]:
+        nonlocal done
+        fixed = None if counts is None else F.one_hot(_labels_from_counts(counts), num_classes).to(torch.float32)
+        best: tuple[float, Tensor | None, Tensor | None] = (math.inf, None, None)
+        for _ in range(restarts):
+            x, y_soft = _optimise(model, base, obs, keys, recipe, fixed, n, num_classes, rows, num_features,
+                                  edge_index, train_rows, basis, mask, anchors, pool, cfg, gen)
+            sim = simulate_update(model, base, x, y_soft, recipe, edge_index=edge_index, train_index=train_rows,
+                                  adam_eps=cfg.adam_eps, create_graph=False)
+            val = float(_objective(sim, obs, keys, cfg.objective).detach())
+            if best[1] is None or val < best[0]:
+                best = (val, x, y_soft.argmax(-1))
             done += 1
             if progress is not None:
                 progress(done, total)
-        if p + 1 < passes:
+        assert best[1] is not None and best[2] is not None
+        return best[0], best[1], best[2]
+
+    if joint:
+        value, x_full, labels = attempt(cfg.restarts, None)
+        counts = torch.bincount(labels, minlength=num_classes)
+    else:
+        # iDLG counts need the mean prediction p-bar; estimate it on quick reconstructions until stable.
+        for _ in range(passes):
+            _, x, _ = attempt(quick, counts)
             with torch.no_grad():
-                out = model_forward(model, base, best[1], edge_index)[train_rows]
-                pbar = F.softmax(out, -1).mean(0)
+                pbar = F.softmax(model_forward(model, base, x, edge_index)[train_rows], -1).mean(0)
             new = recover_label_counts(update, model, recipe, num_classes, num_nodes=n, mean_prediction=pbar)
             if torch.equal(new, counts):
-                done = total
                 break
             counts = new
-    assert best[1] is not None
-    x_full = best[1]
-    labels = _labels_from_counts(counts)
+        total = done + cfg.restarts
+        value, x_full, labels = attempt(cfg.restarts, counts)
     return Reconstruction(
         x=x_full[train_rows].detach().clone(),
-        y=labels,
+        y=labels.clone(),
         label_counts=counts,
-        objective=best[0],
+        objective=value,
         graph_used=graph_used,
         seconds=time.perf_counter() - t0,
         extra={"unknown_nodes": rows, "subspace_rank": 0 if basis is None else int(basis.shape[0]),
-               "support": None if support is None else int(support.sum())},
+               "exact_rows": int(anchors.shape[0]), "candidate_rows": int(pool.shape[0]),
+               "support": None if support is None else int(support.sum()), "labels": cfg.labels},
     )
 
 
@@ -605,60 +698,92 @@ def _optimise(
     obs: dict[str, Tensor],
     keys: Sequence[str],
     recipe: TrainingRecipe,
-    y_soft: Tensor,
+    fixed_labels: Tensor | None,
+    n: int,
+    num_classes: int,
     rows: int,
     num_features: int,
     edge_index: Tensor | None,
     train_rows: Tensor,
     basis: Tensor | None,
     mask: Tensor | None,
+    anchors: Tensor,
+    pool: Tensor,
     cfg: InversionConfig,
     gen: torch.Generator,
-) -> Tensor:
+) -> tuple[Tensor, Tensor]:
+    """One random start: features (and, without ``fixed_labels``, soft labels) minimising the objective.
+
+    Returns ``(x, y_soft)``; with free labels a second run polishes the features with the labels fixed to
+    their argmax.
+    """
     dim = basis.shape[0] if basis is not None else num_features
-    init = torch.randn(rows, dim, generator=gen)
+    k = int(anchors.shape[0])
+    free = rows - k
+    init = torch.randn(free, dim, generator=gen)
     if basis is None and cfg.prior in ("nonneg", "binary"):
         init = init.abs() * 0.5
+    if pool.shape[0] and free:
+        # start the free rows at candidate rows of the first layer (weighted means of true inputs)
+        pick = torch.randperm(pool.shape[0], generator=gen)[:free]
+        start = pool[pick] @ basis.T if basis is not None else pool[pick]
+        init[: start.shape[0]] = start
     var = init.clone().requires_grad_(True)
+    fixed_rows = anchors.to(torch.float32)
+    lab = (0.01 * torch.randn(n, num_classes, generator=gen)).requires_grad_(True)
 
     def features() -> Tensor:
         x = var @ basis if basis is not None else var
         if mask is not None:
             x = x * mask
-        return x
+        return torch.cat([fixed_rows, x], 0) if k else x
 
-    def closure_value() -> Tensor:
-        x = features()
-        sim = simulate_update(model, base, x, y_soft, recipe, edge_index=edge_index, train_index=train_rows,
-                              adam_eps=cfg.adam_eps)
-        return _objective(sim, obs, keys, cfg.objective) + _prior_penalty(x, cfg) / max(1, x.numel())
+    def run(labels: Tensor | None, iterations: int) -> None:
+        params = [var] if labels is not None else [var, lab]
 
-    if cfg.optimizer == "lbfgs":
-        opt = torch.optim.LBFGS([var], lr=1.0, max_iter=cfg.iterations, history_size=50,
-                                line_search_fn="strong_wolfe", tolerance_grad=1e-10, tolerance_change=1e-12)
+        def value() -> Tensor:
+            x = features()
+            y = labels if labels is not None else F.softmax(lab, -1)
+            sim = simulate_update(model, base, x, y, recipe, edge_index=edge_index, train_index=train_rows,
+                                  adam_eps=cfg.adam_eps)
+            return _objective(sim, obs, keys, cfg.objective) + _prior_penalty(x, cfg) / max(1, x.numel())
 
-        def closure() -> Tensor:
-            opt.zero_grad()
-            loss = closure_value()
-            loss.backward()
-            return loss
+        if cfg.optimizer == "lbfgs":
+            opt = torch.optim.LBFGS(params, lr=1.0, max_iter=iterations, history_size=50,
+                                    line_search_fn="strong_wolfe", tolerance_grad=1e-10, tolerance_change=1e-12)
 
-        try:
-            opt.step(closure)
-        except RuntimeError:  # a line search that produced NaN: keep the last finite point
-            pass
-    else:
-        opt2 = torch.optim.Adam([var], lr=cfg.step)
-        marks = [int(cfg.iterations * f) for f in (0.375, 0.625, 0.875)]
+            def closure() -> Tensor:
+                opt.zero_grad()
+                loss = value()
+                loss.backward()
+                return loss
+
+            try:
+                opt.step(closure)
+            except RuntimeError:  # a line search that produced NaN: keep the last finite point
+                pass
+            return
+        opt2 = torch.optim.Adam(params, lr=cfg.step)
+        marks = [int(iterations * f) for f in (0.375, 0.625, 0.875)]
         sched = torch.optim.lr_scheduler.MultiStepLR(opt2, marks, 0.1)
-        for _ in range(cfg.iterations):
+        for _ in range(iterations):
             opt2.zero_grad()
-            loss = closure_value()
+            loss = value()
             loss.backward()
-            if var.grad is not None:
-                var.grad.sign_()
+            for p in params:
+                if p.grad is not None:
+                    p.grad.sign_()
             opt2.step()
             sched.step()
+
+    if fixed_labels is not None:
+        run(fixed_labels, cfg.iterations)
+        y_soft = fixed_labels
+    else:
+        run(None, cfg.iterations)
+        with torch.no_grad():
+            y_soft = F.one_hot(lab.argmax(-1), num_classes).to(torch.float32)
+        run(y_soft, max(1, cfg.iterations // 2))
     with torch.no_grad():
         x = features().detach()
         if not torch.isfinite(x).all():
@@ -667,7 +792,7 @@ def _optimise(
             x = x.clamp(min=0)
         if cfg.prior == "binary":
             x = x.clamp(max=1)
-    return x
+    return x, y_soft
 
 
 # ----------------------------------------------------------------------------------------------------

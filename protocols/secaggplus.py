@@ -1011,6 +1011,7 @@ class SecAggPlusServer:
         )
         self.x = {c: i + 1 for i, c in enumerate(self.invited)}
         self.state = SecAggPlusServerState()
+        self._awaiting: str | None = None
 
     # -- helpers -------------------------------------------------------------------------------------
 
@@ -1052,10 +1053,15 @@ class SecAggPlusServer:
     # -- endpoint ------------------------------------------------------------------------------------
 
     def start(self) -> Outgoing:
+        """The ``advertise_keys`` requests. A server object runs one session: a second start raises."""
+        if self._awaiting is not None:
+            raise StageOrderError("this server already started its session; build a new one", party=SERVER)
+        self._awaiting = Stage.ADVERTISE_KEYS.value
         payload = self.request.to_bytes()
         return Outgoing(Stage.ADVERTISE_KEYS.value, dict.fromkeys(self.invited, payload))
 
     def handle(self, stage: str, replies: Sequence[tuple[int, bytes]]) -> Outgoing | None:
+        """Consume the replies of ``stage`` (the stage whose requests were sent last) and move on."""
         handler = {
             Stage.ADVERTISE_KEYS.value: self._after_advertise,
             Stage.SHARE_KEYS.value: self._after_share_keys,
@@ -1063,9 +1069,15 @@ class SecAggPlusServer:
             Stage.UNMASKING.value: self._after_unmasking,
             Stage.DELIVER.value: self._after_deliver,
         }.get(stage)
-        if handler is None:
-            raise StageOrderError(f"unknown stage {stage!r}; valid: {list(self.stages)}", party=SERVER)
-        return handler(replies)
+        if handler is None or stage != self._awaiting:
+            raise StageOrderError(
+                f"replies for stage {stage!r} while awaiting {self._awaiting!r}; valid order: {list(self.stages)}",
+                party=SERVER,
+            )
+        self._awaiting = "finished"
+        out = handler(replies)
+        self._awaiting = out.stage if out is not None else "finished"
+        return out
 
     def _need(self, ok: bool, message: str, phase: str) -> None:
         if not ok:

@@ -7,16 +7,32 @@ extractor's output and sends nothing anywhere.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-from securefgl.algorithms._adafgl_model import LocalOutcome, LocalStepOptions, SmoothedFeatures, train_local
+from securefgl.algorithms._adafgl_batched import BatchClient, train_local_batched
+from securefgl.algorithms._adafgl_model import (
+    LocalOutcome,
+    LocalStepOptions,
+    SmoothedFeatures,
+    cpu_generator,
+    train_local,
+)
 from securefgl.algorithms._adafgl_topology import adjacency, correct_topology, homophily_confidence_score
 
-__all__ = ["StepTwoResult", "client_homophily_report", "local_personalization"]
+__all__ = [
+    "PreparedClient",
+    "StepTwoResult",
+    "client_homophily_report",
+    "local_personalization",
+    "prepare_client",
+    "step_options",
+    "train_prepared",
+]
 
 
 @dataclass
@@ -28,6 +44,174 @@ class StepTwoResult:
     similarity_edges: int
     corrected_edges: int
     dense_message_passing: bool
+
+
+@dataclass
+class PreparedClient:
+    """A client's step-2 inputs (corrected topology, smoothed features, HCS) and topology statistics."""
+
+    inputs: BatchClient
+    similarity_edges: int
+    corrected_edges: int
+    dense_message_passing: bool
+
+
+def step_options(o: Any) -> LocalStepOptions:
+    """The training-loop view of :class:`~securefgl.algorithms.adafgl.AdaFGLOptions`."""
+    return LocalStepOptions(
+        epochs=o.epochs,
+        lr=o.lr,
+        weight_decay=o.weight_decay,
+        dropout=o.dropout,
+        hidden=o.hidden,
+        num_hops=o.num_hops,
+        beta=o.beta,
+        he_input=o.he_input,
+        compat_c1_scaling=o.compat_c1_scaling,
+        knowledge_preserving=o.knowledge_preserving,
+        knowledge_loss=o.knowledge_loss,
+        feature_embedding=o.feature_embedding,
+        message_passing=o.message_passing,
+        loss=o.loss,
+        combine=o.combine if o.adaptive_combination else "mean",
+        hard_threshold=o.hcs_hard_threshold,
+        compat_double_softmax=o.compat_double_softmax,
+        selection=o.selection,
+    )
+
+
+def prepare_client(
+    x: torch.Tensor,
+    edge_index: torch.Tensor,
+    y: torch.Tensor,
+    masks: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    p_hat: torch.Tensor,
+    extractor_logits: torch.Tensor,
+    options: Any,
+    *,
+    num_classes: int,
+    generator: torch.Generator,
+    client: int | str = "?",
+) -> PreparedClient:
+    """Everything of step 2 that is not learned: eqs. (5)-(7) and (15)-(16), for one client.
+
+    Draws from ``generator`` in a fixed order (HCS mask, then the weight-initialisation seed), so the
+    one-client and the batched training paths start from the same models.
+    """
+    o = options
+    n = x.size(0)
+    device = x.device
+    adj = adjacency(edge_index, n, device=device)
+    topo = correct_topology(
+        adj,
+        p_hat,
+        alpha=o.alpha,
+        normalization=o.eq6,
+        threshold=o.sim_threshold,
+        topk=o.sim_topk,
+        dense_max_nodes=o.dense_max_nodes,
+        large_client_topk=o.large_client_topk,
+        chunk_size=o.sim_chunk_size,
+        enabled=o.topology_correction,
+    )
+    feats = SmoothedFeatures(x, topo.operator, o.num_hops)
+    p0_sparse = topo.similarity if o.lm_init == "similarity" else topo.corrected
+    dense = n <= o.dense_max_nodes
+    if not o.message_passing:
+        p0 = None
+    elif dense:
+        p0 = p0_sparse.to_dense()
+    else:
+        # Large client: message passing restricted to the support of P~(0) and the local edges.
+        p0 = (p0_sparse + 0.0 * adj).coalesce()
+    hcs = homophily_confidence_score(
+        adj,
+        y,
+        masks[0],
+        num_classes,
+        generator=generator,
+        steps=o.lp_steps,
+        kappa=o.lp_kappa,
+        mask_prob=o.hcs_mask_prob,
+        num_masks=o.hcs_num_masks,
+        reinject=o.lp_reinject,
+    )
+    target = p_hat if o.knowledge_target == "probs" else extractor_logits
+    inputs = BatchClient(
+        id=client,
+        x=x,
+        feats=feats,
+        p0=p0,
+        p_hat=p_hat,
+        target=target.detach(),
+        y=y,
+        masks=masks,
+        hcs=hcs,
+        init_generator=cpu_generator(generator),
+    )
+    return PreparedClient(
+        inputs=inputs,
+        similarity_edges=int(topo.similarity._nnz()),
+        corrected_edges=int(topo.corrected._nnz()),
+        dense_message_passing=bool(dense and o.message_passing),
+    )
+
+
+def train_prepared(
+    prepared: Sequence[PreparedClient],
+    options: Any,
+    *,
+    num_classes: int,
+    generators: Sequence[torch.Generator],
+    batched: bool = True,
+    batch_generator: torch.Generator | None = None,
+) -> list[StepTwoResult]:
+    """Train step 2 on prepared clients: all at once where possible, else one at a time.
+
+    Args:
+        prepared: from :func:`prepare_client`.
+        options: the AdaFGL options.
+        num_classes: ``C``.
+        generators: each client's generator (dropout masks of the one-client path).
+        batched: train the clients that allow it (dense message passing) together.
+        batch_generator: dropout masks of the batched path (default: the first client's generator).
+    """
+    opts = step_options(options)
+    outcomes: dict[int, LocalOutcome] = {}
+    together = [i for i, p in enumerate(prepared) if batched and (p.dense_message_passing or not opts.message_passing)]
+    if len(together) > 1:
+        gen = batch_generator if batch_generator is not None else generators[together[0]]
+        outs = train_local_batched([prepared[i].inputs for i in together], opts, num_classes=num_classes, generator=gen)
+        outcomes.update(zip(together, outs, strict=True))
+    for i, p in enumerate(prepared):
+        if i in outcomes:
+            continue
+        c = p.inputs
+        outcomes[i] = train_local(
+            c.x,
+            c.feats,
+            c.p0,
+            c.p_hat,
+            c.target,
+            c.y,
+            c.masks,
+            c.hcs,
+            opts,
+            num_classes=num_classes,
+            generator=generators[i],
+            client=c.id,
+            init_generator=c.init_generator,
+        )
+    return [
+        StepTwoResult(
+            outcome=outcomes[i],
+            hcs=p.inputs.hcs,
+            similarity_edges=p.similarity_edges,
+            corrected_edges=p.corrected_edges,
+            dense_message_passing=p.dense_message_passing,
+        )
+        for i, p in enumerate(prepared)
+    ]
 
 
 def local_personalization(
@@ -58,87 +242,11 @@ def local_personalization(
         generator: the client's generator (HCS mask, weight init, dropout).
         client: client id, for error messages.
     """
-    o = options
-    n = x.size(0)
-    device = x.device
-    adj = adjacency(edge_index, n, device=device)
-    topo = correct_topology(
-        adj,
-        p_hat,
-        alpha=o.alpha,
-        normalization=o.eq6,
-        threshold=o.sim_threshold,
-        topk=o.sim_topk,
-        dense_max_nodes=o.dense_max_nodes,
-        large_client_topk=o.large_client_topk,
-        chunk_size=o.sim_chunk_size,
-        enabled=o.topology_correction,
-    )
-    xs = SmoothedFeatures(x, topo.operator, o.num_hops)
-    p0_sparse = topo.similarity if o.lm_init == "similarity" else topo.corrected
-    dense = n <= o.dense_max_nodes
-    if not o.message_passing:
-        p0 = None
-    elif dense:
-        p0 = p0_sparse.to_dense()
-    else:
-        # Large client: message passing restricted to the support of P~(0) and the local edges.
-        p0 = (p0_sparse + 0.0 * adj).coalesce()
-    hcs = homophily_confidence_score(
-        adj,
-        y,
-        masks[0],
-        num_classes,
-        generator=generator,
-        steps=o.lp_steps,
-        kappa=o.lp_kappa,
-        mask_prob=o.hcs_mask_prob,
-        num_masks=o.hcs_num_masks,
-        reinject=o.lp_reinject,
-    )
-    combine = o.combine if o.adaptive_combination else "mean"
-    target = p_hat if o.knowledge_target == "probs" else extractor_logits
-    opts = LocalStepOptions(
-        epochs=o.epochs,
-        lr=o.lr,
-        weight_decay=o.weight_decay,
-        dropout=o.dropout,
-        hidden=o.hidden,
-        num_hops=o.num_hops,
-        beta=o.beta,
-        he_input=o.he_input,
-        compat_c1_scaling=o.compat_c1_scaling,
-        knowledge_preserving=o.knowledge_preserving,
-        knowledge_loss=o.knowledge_loss,
-        feature_embedding=o.feature_embedding,
-        message_passing=o.message_passing,
-        loss=o.loss,
-        combine=combine,
-        hard_threshold=o.hcs_hard_threshold,
-        compat_double_softmax=o.compat_double_softmax,
-        selection=o.selection,
-    )
-    outcome = train_local(
-        x,
-        xs,
-        p0,
-        p_hat,
-        target.detach(),
-        y,
-        masks,
-        hcs,
-        opts,
-        num_classes=num_classes,
-        generator=generator,
+    prepared = prepare_client(
+        x, edge_index, y, masks, p_hat, extractor_logits, options, num_classes=num_classes, generator=generator,
         client=client,
     )
-    return StepTwoResult(
-        outcome=outcome,
-        hcs=hcs,
-        similarity_edges=int(topo.similarity._nnz()),
-        corrected_edges=int(topo.corrected._nnz()),
-        dense_message_passing=bool(dense and o.message_passing),
-    )
+    return train_prepared([prepared], options, num_classes=num_classes, generators=[generator], batched=False)[0]
 
 
 def _finite_or_none(v: float) -> float | None:

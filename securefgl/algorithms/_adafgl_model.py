@@ -29,6 +29,7 @@ __all__ = [
     "SmoothedFeatures",
     "SmoothedInput",
     "combine_predictions",
+    "cpu_generator",
     "train_local",
 ]
 
@@ -482,6 +483,14 @@ class LocalOutcome:
     history: list[float] = field(default_factory=list)
 
 
+def cpu_generator(generator: torch.Generator) -> torch.Generator:
+    """``generator`` itself on the CPU; else a CPU generator seeded from it (weights are created on the CPU)."""
+    if generator.device.type == "cpu":
+        return generator
+    seed = int(torch.randint(0, 2**62, (1,), generator=generator, device=generator.device))
+    return torch.Generator().manual_seed(seed)
+
+
 def _masked_ce(logits: torch.Tensor, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     if not bool(mask.any()):
         return logits.sum() * 0.0
@@ -506,6 +515,7 @@ def train_local(
     num_classes: int,
     generator: torch.Generator,
     client: int | str = "?",
+    init_generator: torch.Generator | None = None,
 ) -> LocalOutcome:
     r"""Step 2 on one client: train the modules (eq. (14)) and keep the best-validation epoch.
 
@@ -525,11 +535,8 @@ def train_local(
     """
     train_mask, val_mask, test_mask = masks
     device = x.device
-    init_generator = generator
-    if generator.device.type != "cpu":  # weights are initialised on the CPU, then moved
-        init_generator = torch.Generator().manual_seed(
-            int(torch.randint(0, 2**62, (1,), generator=generator, device=generator.device))
-        )
+    if init_generator is None:
+        init_generator = cpu_generator(generator)
     homo = hete = True
     if opts.combine == "hard":
         homo = hcs >= opts.hard_threshold

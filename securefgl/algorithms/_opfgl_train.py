@@ -14,7 +14,7 @@ import copy
 import functools
 import inspect
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +32,7 @@ __all__ = [
     "distillation_weights",
     "forward",
     "train_stage1",
+    "train_stage1_shared",
     "train_stage2",
 ]
 
@@ -120,17 +121,17 @@ def forward(model: nn.Module, x: Tensor, edge_index: Tensor, edge_weight: Tensor
         return model(x, edge_index)
 
 
-class _SparseRowsLinear(torch.autograd.Function):
-    """``X W^T`` for a fixed sparse ``X`` (CSR) whose transpose is precomputed for the weight gradient."""
+class _FixedSparseMM(torch.autograd.Function):
+    """``A @ H`` for a constant sparse CSR ``A`` whose transpose ``At`` is precomputed (no gradient for ``A``)."""
 
     @staticmethod
-    def forward(ctx: Any, weight: Tensor, x: Tensor, xt: Tensor) -> Tensor:  # type: ignore[override]
-        ctx.xt = xt
-        return torch.sparse.mm(x, weight.t())
+    def forward(ctx: Any, dense: Tensor, a: Tensor, at: Tensor) -> Tensor:  # type: ignore[override]
+        ctx.at = at
+        return torch.sparse.mm(a, dense)
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:  # type: ignore[override]
-        return torch.sparse.mm(ctx.xt, grad).t(), None, None
+        return torch.sparse.mm(ctx.at, grad.contiguous()), None, None
 
 
 class LocalGraph:
@@ -186,10 +187,10 @@ class LocalGraph:
         for i, conv in enumerate(model.convs):
             weight = conv.lin.weight
             if i == 0 and xs is not None:
-                h = _SparseRowsLinear.apply(weight, xs, xt)
+                h = _FixedSparseMM.apply(weight.t(), xs, xt)
             else:
                 h = h @ weight.t()
-            h = torch.sparse.mm(adj, h) + conv.bias
+            h = _FixedSparseMM.apply(h, adj, adj) + conv.bias  # Ã is symmetric
             if i < len(model.convs) - 1:
                 h = h.relu()
         return h
@@ -217,26 +218,41 @@ def _adam(params: list[Tensor], cfg: StageConfig) -> torch.optim.Optimizer:
         return torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
 
 
-def _run(
+@dataclass
+class _Selector:
+    """Best-validation model selection for one client (one local graph)."""
+
+    graph: LocalGraph
+    y: Tensor
+    val_mask: Tensor
+    best_val: float = -1.0
+    best_iter: int = -1
+    bad: int = 0
+    stopped_at: int | None = None
+    best_state: dict[str, Tensor] | None = None
+    history: list[tuple[int, float]] = field(default_factory=list)
+
+
+def _run_selected(
     model: nn.Module,
     loss_fn: Callable[[], Tensor],
     cfg: StageConfig,
-    graph: LocalGraph,
-    y: Tensor,
-    val_mask: Tensor,
+    selectors: Sequence[_Selector],
     what: str,
-) -> StageResult:
+) -> list[tuple[dict[str, Tensor], StageResult]]:
     """Full-batch Adam with model selection on local validation accuracy (spec §2.9, code schedule).
 
     Steps ``0 .. max_iters`` run; the model is evaluated after step ``j`` whenever ``j >= eval_every``
-    and ``j % eval_every == 0``; a strictly better validation accuracy saves the weights and resets
-    the patience counter, otherwise ``patience`` evaluations without improvement stop the stage. The
-    saved best weights are loaded at the end (the last weights when no evaluation happened).
+    and ``j % eval_every == 0``; a strictly better validation accuracy saves the weights and resets the
+    patience counter, otherwise ``patience`` evaluations without improvement stop the stage for that
+    selector. With several selectors (clients that train the *same* trajectory, e.g. Stage 1 from the
+    shared initialisation on the shared pseudo-graph) every one keeps its own best weights and its own
+    stopping point, exactly as if each had run alone; training stops when all have stopped.
+
+    Returns:
+        Per selector: the selected weights (the last ones when no evaluation happened) and a summary.
     """
     opt = _adam(list(model.parameters()), cfg)
-    best_val, best_iter, bad = -1.0, -1, 0
-    best_state: dict[str, Tensor] | None = None
-    history: list[tuple[int, float]] = []
     model.train()
     steps = 0
     for it in range(cfg.max_iters + 1):
@@ -249,23 +265,48 @@ def _run(
             # Checked at evaluations only (a NaN loss makes every later weight NaN, so nothing is missed).
             if not torch.isfinite(loss.detach()):
                 raise NonFiniteError(f"{what}: loss became non-finite by step {it}")
-            val = _evaluate(model, graph, y, val_mask)
-            history.append((it, val))
-            if val > best_val:
-                best_val, best_iter, bad = val, it, 0
-                best_state = copy.deepcopy(model.state_dict())
-            else:
-                bad += 1
-                if bad >= cfg.patience:
-                    break
+            for sel in selectors:
+                if sel.stopped_at is not None:
+                    continue
+                val = _evaluate(model, sel.graph, sel.y, sel.val_mask)
+                sel.history.append((it, val))
+                if val > sel.best_val:
+                    sel.best_val, sel.best_iter, sel.bad = val, it, 0
+                    sel.best_state = copy.deepcopy(model.state_dict())
+                else:
+                    sel.bad += 1
+                    if sel.bad >= cfg.patience:
+                        sel.stopped_at = it
+            if all(sel.stopped_at is not None for sel in selectors):
+                break
     if steps and not all(bool(torch.isfinite(p).all()) for p in model.parameters()):
         raise NonFiniteError(f"{what}: the weights became non-finite")
-    if best_state is not None:
-        model.load_state_dict(best_state)
-    else:
-        best_val, best_iter = _evaluate(model, graph, y, val_mask), steps - 1
+    out = []
+    last = copy.deepcopy(model.state_dict())
+    for sel in selectors:
+        iters = steps if sel.stopped_at is None else sel.stopped_at + 1
+        if sel.best_state is None:
+            sel.best_state = last
+            sel.best_val, sel.best_iter = _evaluate(model, sel.graph, sel.y, sel.val_mask), steps - 1
+        out.append((sel.best_state, StageResult(sel.best_val, sel.best_iter, iters, sel.history)))
     model.eval()
-    return StageResult(best_val=best_val, best_iter=best_iter, iters=steps, history=history)
+    return out
+
+
+def _run(
+    model: nn.Module,
+    loss_fn: Callable[[], Tensor],
+    cfg: StageConfig,
+    graph: LocalGraph,
+    y: Tensor,
+    val_mask: Tensor,
+    what: str,
+) -> StageResult:
+    """:func:`_run_selected` for one client; loads the selected weights into ``model``."""
+    [(state, result)] = _run_selected(model, loss_fn, cfg, [_Selector(graph, y, val_mask)], what)
+    model.load_state_dict(state)
+    model.eval()
+    return result
 
 
 def train_stage1(
@@ -292,6 +333,37 @@ def train_stage1(
         return F.cross_entropy(pseudo.logits(model), pseudo_y)
 
     return _run(model, loss_fn, cfg, local, local_y, local_val_mask, "O-pFGL stage 1")
+
+
+def train_stage1_shared(
+    model: nn.Module,
+    pseudo_x: Tensor,
+    pseudo_edge_index: Tensor,
+    pseudo_edge_weight: Tensor,
+    pseudo_y: Tensor,
+    locals_: Sequence[tuple[LocalGraph, Tensor, Tensor]],
+    cfg: StageConfig,
+) -> list[tuple[dict[str, Tensor], StageResult]]:
+    """Stage 1 for several clients that share the model initialisation (homogeneous models).
+
+    Their training trajectories on the broadcast pseudo-graph are identical (same initial weights, same
+    data, same deterministic optimiser), so one trajectory is computed and each client selects its own
+    checkpoint on its own validation nodes with its own patience: the same result as
+    :func:`train_stage1` per client, at the cost of one.
+
+    Args:
+        locals_: Per client ``(local graph, y, val_mask)``.
+
+    Returns:
+        Per client, in order: the selected weights and the stage summary.
+    """
+    pseudo = LocalGraph(pseudo_x, pseudo_edge_index, pseudo_edge_weight)
+
+    def loss_fn() -> Tensor:
+        return F.cross_entropy(pseudo.logits(model), pseudo_y)
+
+    selectors = [_Selector(g, y, m) for g, y, m in locals_]
+    return _run_selected(model, loss_fn, cfg, selectors, "O-pFGL stage 1")
 
 
 def distillation_weights(

@@ -49,11 +49,11 @@ from typing import Any, Literal
 
 import torch
 
-from securefgl.algorithms._adafgl_local import client_homophily_report, local_personalization
+from securefgl.algorithms._adafgl_local import client_homophily_report, prepare_client, train_prepared
 from securefgl.algorithms.base import Broadcast, Client, Phase, RoundState
 from securefgl.algorithms.fedavg import FedAvg
 from securefgl.algorithms.registry import register_algorithm
-from securefgl.engine.local_training import predict_shared
+from securefgl.engine.local_training import predict_shared, workspace_generator
 from securefgl.errors import ConfigError, TrainingError
 
 __all__ = ["ABLATIONS", "AdaFGL", "AdaFGLOptions", "ablation_options"]
@@ -275,22 +275,33 @@ class AdaFGL(FedAvg):
         model = self.setting.make_model(generator=torch.Generator().manual_seed(0))  # structure only
         glob = {n: v.to(clients[0].device) for n, v in broadcast.items()}
         logits = predict_shared(model, glob, clients)
+        prepared = []
         for c in clients:
             d = c.data
             z = logits[c.id].detach().float()
-            p_hat = torch.softmax(z, dim=1)
-            res = local_personalization(
-                d.x.float(),
-                d.edge_index,
-                d.y,
-                (d.train_mask, d.val_mask, d.test_mask),
-                p_hat,
-                z,
-                self.options,
-                num_classes=self.setting.num_classes,
-                generator=c.generator,
-                client=c.id,
+            prepared.append(
+                prepare_client(
+                    d.x.float(),
+                    d.edge_index,
+                    d.y,
+                    (d.train_mask, d.val_mask, d.test_mask),
+                    torch.softmax(z, dim=1),
+                    z,
+                    self.options,
+                    num_classes=self.setting.num_classes,
+                    generator=c.generator,
+                    client=c.id,
+                )
             )
+        results = train_prepared(
+            prepared,
+            self.options,
+            num_classes=self.setting.num_classes,
+            generators=[c.generator for c in clients],
+            batched=self.setting.train.batched,
+            batch_generator=workspace_generator(clients),
+        )
+        for c, res in zip(clients, results, strict=True):
             c.state["adafgl"] = {
                 "probs": res.outcome.probs.detach(),
                 "hcs": res.hcs,

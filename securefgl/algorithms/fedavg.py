@@ -122,7 +122,8 @@ class FedAvg(Algorithm):
         center: Mapping | None,
         key: str,
         stacked: bool = False,
-    ):
+        batch_order: bool = False,
+    ) -> Any:
         train = self.setting.train
         model = self.setting.make_model(generator=torch.Generator().manual_seed(0))  # structure only
         fn = train_clients if train.batched else train_clients_sequential
@@ -140,6 +141,7 @@ class FedAvg(Algorithm):
             generator=workspace_generator(clients),
             stacked=stacked,
             state_key=key if train.optimizer_state == "persistent" else None,
+            batch_order=batch_order,
         )
 
     def client_steps(self, clients: Sequence[Client], rs: RoundState) -> dict[int, Any]:
@@ -151,20 +153,20 @@ class FedAvg(Algorithm):
             glob if self.prox_mu() > 0 else None,
             f"{self.name}.train",
         )
-        weights = torch.tensor(
-            [1 if self.options.weighting == "uniform" else c.num_train for c in clients],
-            dtype=torch.float32,
-            device=clients[0].device,
-        )
+        by_id = {c.id: c for c in clients}
+        order = [by_id[i] for i in res.ids]  # rows of the stacked result
+        counts = [1 if self.options.weighting == "uniform" else c.num_train for c in order]
+        weights = torch.tensor(counts, dtype=torch.float32, device=clients[0].device)
         bound = self.options.param_bound
         out: dict[int, Any] = {c.id: {} for c in clients}
         for n, v in res.params.items():
-            num = v.clamp(-bound, bound) * weights.view(-1, *([1] * (v.dim() - 1)))
-            for i, part in enumerate(num.unbind(0)):
-                out[clients[i].id][f"w.{n}"] = part
-        for i, c in enumerate(clients):
+            # one stacked product, then views per client (unbound once)
+            num = v.clamp(-bound, bound).mul_(weights.view(-1, *([1] * (v.dim() - 1))))
+            for c, part in zip(order, num.unbind(0), strict=True):
+                out[c.id][f"w.{n}"] = part
+        for i, c in enumerate(order):
             c.record_loss(res.losses[i])
-            out[c.id]["n"] = torch.tensor([int(weights[i])], dtype=torch.int64)
+            out[c.id]["n"] = torch.tensor([counts[i]], dtype=torch.int64)
         return out
 
     def personalize_clients(self, clients: Sequence[Client], broadcast: Broadcast, phase: Phase) -> None:

@@ -63,8 +63,10 @@ from securefgl.algorithms._opfgl_server import (
 from securefgl.algorithms._opfgl_train import (
     LocalGraph,
     StageConfig,
+    StageResult,
     distillation_weights,
     train_stage1,
+    train_stage1_shared,
     train_stage2,
 )
 from securefgl.algorithms.base import (
@@ -407,8 +409,7 @@ class OPFGL(Algorithm):
         st["clip_rate"] = stats.clip_rate
         st["reliable"] = int(stats.reliable.sum())
         st["uploaded_classes"] = [int(c) for c in torch.nonzero(stats.sums["contrib"]).flatten()]
-        contribution = {k: v.cpu() for k, v in stats.sums.items()}
-        return {STATS: contribution} if self.options.generation == "client" else contribution
+        return {k: v.cpu() for k, v in stats.sums.items()}
 
     # ------------------------------------------------------------------ server side ---------------------
 
@@ -539,8 +540,26 @@ class OPFGL(Algorithm):
                     "O-pFGL: the broadcast holds no pseudo-graph (no class statistic was released)"
                 )
             graphs = {c.id: graph for c in clients}
+        model_seed = int(broadcast["model_seed"])
+        stage1: dict[int, tuple[dict[str, Tensor], StageResult]] = {}
+        first = graphs[clients[0].id] if clients else None
+        if not self.options.client_models and first is not None and len(clients) > 1:
+            # Homogeneous models: every client starts Stage 1 from the same seeded weights on the same
+            # pseudo-graph, so the trajectory is shared; each client still selects its own checkpoint.
+            dev = clients[0].device
+            model = self._make_model(clients[0], model_seed)
+            selected = train_stage1_shared(
+                model,
+                first.x.to(dev),
+                first.edge_index.to(dev),
+                first.edge_weight.to(dev),
+                first.y.to(dev),
+                [(LocalGraph(c.data.x, c.data.edge_index), c.data.y, c.data.val_mask) for c in clients],
+                self.options.stage_config(1),
+            )
+            stage1 = {c.id: sel for c, sel in zip(clients, selected, strict=True)}
         for c in clients:
-            self._personalize_one(c, graphs[c.id], int(broadcast["model_seed"]))
+            self._personalize_one(c, graphs[c.id], model_seed, stage1.get(c.id))
 
     def _client_generation(
         self, clients: Sequence[Client], broadcast: Broadcast
@@ -568,7 +587,13 @@ class OPFGL(Algorithm):
             )
         return graphs
 
-    def _personalize_one(self, client: Client, graph: PseudoGraph | None, model_seed: int) -> None:
+    def _personalize_one(
+        self,
+        client: Client,
+        graph: PseudoGraph | None,
+        model_seed: int,
+        stage1: tuple[dict[str, Tensor], StageResult] | None = None,
+    ) -> None:
         o = self.options
         d = client.data
         st = client.state.setdefault("opfgl", {})
@@ -576,17 +601,21 @@ class OPFGL(Algorithm):
         local = LocalGraph(d.x, d.edge_index)
         if graph is not None:
             dev = client.device
-            r1 = train_stage1(
-                model,
-                graph.x.to(dev),
-                graph.edge_index.to(dev),
-                graph.edge_weight.to(dev),
-                graph.y.to(dev),
-                local,
-                d.y,
-                d.val_mask,
-                o.stage_config(1),
-            )
+            if stage1 is not None:
+                model.load_state_dict(stage1[0])
+                r1 = stage1[1]
+            else:
+                r1 = train_stage1(
+                    model,
+                    graph.x.to(dev),
+                    graph.edge_index.to(dev),
+                    graph.edge_weight.to(dev),
+                    graph.y.to(dev),
+                    local,
+                    d.y,
+                    d.val_mask,
+                    o.stage_config(1),
+                )
             st["stage1"] = {"best_val": r1.best_val, "best_iter": r1.best_iter, "iters": r1.iters}
             model.eval()
             with torch.no_grad():

@@ -59,7 +59,8 @@ class TrainedClients:
     """The result of local training.
 
     Args:
-        ids: Client ids, in the order of the stacked first dimension.
+        ids: Client ids, in the order of the stacked first dimension (not necessarily the order of the
+            clients passed in: see :func:`train_clients`).
         params: ``name -> (K, ...)`` trained parameters (no grad).
         losses: ``(K,)`` training loss of each client in its last epoch (NaN for a client without train nodes).
     """
@@ -71,6 +72,19 @@ class TrainedClients:
     def client(self, i: int) -> dict[str, Tensor]:
         """Client at position ``i``: views into the stacked tensors."""
         return {k: v[i] for k, v in self.params.items()}
+
+    def position(self, client_id: int) -> int:
+        """Row of ``client_id`` in the stacked tensors."""
+        return self.ids.index(client_id)
+
+    def in_order(self, ids: Sequence[int]) -> TrainedClients:
+        """The same result with rows in the order of ``ids`` (a copy only if the order differs)."""
+        if list(ids) == self.ids:
+            return self
+        idx = torch.tensor([self.ids.index(i) for i in ids], device=self.losses.device)
+        return TrainedClients(
+            list(ids), {n: v.index_select(0, idx) for n, v in self.params.items()}, self.losses[idx]
+        )
 
 
 def make_optimizer(params: Sequence[Tensor], name: str, lr: float, weight_decay: float, momentum: float = 0.0):
@@ -123,6 +137,7 @@ def train_clients(
     generator: torch.Generator | None = None,
     stacked: bool = False,
     state_key: str | None = None,
+    batch_order: bool = False,
 ) -> TrainedClients:
     r"""Train every client's copy of ``model`` together (see the module docstring).
 
@@ -139,9 +154,12 @@ def train_clients(
         stacked: ``init`` is already stacked.
         state_key: Keep each client's optimiser state between calls under this key (in the clients' shared
             workspace); ``None`` starts every call with a fresh optimiser.
+        batch_order: Return the rows in the batch layout's order (largest client first) when every client
+            trained, which avoids one copy of all K models; ``result.ids`` says the order either way.
 
     Returns:
-        Parameters stacked in ``clients`` order. Clients without train nodes keep their initial parameters.
+        Stacked parameters, rows in ``clients`` order (or the batch order, see ``batch_order``); clients
+        without train nodes keep their initial parameters.
     """
     k = len(clients)
     device = clients[0].device
@@ -202,8 +220,10 @@ def train_clients(
         store.scatter(batch_ids, *opt.state())
     del opt
     losses[perm] = last
-    if len(sub) == k and perm_list == list(range(k)):
-        result = {n: v.detach() for n, v in leaves.items()}
+    if len(sub) == k and (batch_order or perm_list == list(range(k))):
+        # Every client trained: hand the stacked leaves back as they are, in batch order (no copy).
+        ids = [clients[i].id for i in perm_list]
+        return TrainedClients(ids, {n: v.detach() for n, v in leaves.items()}, last.clone())
     else:
         result = {}
         for n, v in leaves.items():
@@ -231,10 +251,12 @@ def train_clients_sequential(
     generator: torch.Generator | None = None,
     stacked: bool = False,
     state_key: str | None = None,
+    batch_order: bool = False,
 ) -> TrainedClients:
     """The one-client-at-a-time reference of :func:`train_clients` (same arguments and result).
 
-    ``model`` is used as the working copy: its parameters are overwritten for each client in turn.
+    ``model`` is used as the working copy: its parameters are overwritten for each client in turn. Rows
+    are always in ``clients`` order (``batch_order`` is accepted for a uniform signature).
     """
     k = len(clients)
     if stacked:

@@ -150,34 +150,67 @@ class StackedOptimizer:
     def step(self) -> None:
         """One update of every row."""
         self.steps += 1
-        k = self.steps.shape[0]
         if self.name == "adam":
-            b1, b2 = _BETAS
-            t = self.steps
-            bc1 = 1 - torch.pow(torch.full_like(t, b1), t)
-            bc2_sqrt = torch.sqrt(1 - torch.pow(torch.full_like(t, b2), t))
+            self._adam()
+        else:
+            self._sgd()
+
+    def _adam(self) -> None:
+        b1, b2 = _BETAS
+        names = [n for n, p in self.leaves.items() if p.grad is not None]
+        if not names:
+            return
+        first = self.steps[0]
+        if bool((self.steps == first).all()):
+            # every row has taken the same number of steps: one fused kernel per stacked tensor
+            params = [self.leaves[n] for n in names]
+            step = [torch.tensor(float(first), dtype=torch.float32, device=params[0].device) for _ in names]
+            rows_p, rows_g = params, [p.grad for p in params]
+            rows_m = [self.buffers[f"{n}.exp_avg"] for n in names]
+            rows_v = [self.buffers[f"{n}.exp_avg_sq"] for n in names]
+        else:
+            # rows at different step counts (clients sampled at different times): one view per row
+            rows_p, rows_g, rows_m, rows_v, step = [], [], [], [], []
+            per_row = [torch.tensor(float(t), dtype=torch.float32) for t in self.steps.tolist()]
+            for n in names:
+                p = self.leaves[n]
+                rows_p += list(p.unbind(0))
+                rows_g += list(p.grad.unbind(0))
+                rows_m += list(self.buffers[f"{n}.exp_avg"].unbind(0))
+                rows_v += list(self.buffers[f"{n}.exp_avg_sq"].unbind(0))
+                step += [t.to(p.device) for t in per_row]
+        torch._fused_adam_(
+            rows_p,
+            rows_g,
+            rows_m,
+            rows_v,
+            [],
+            step,
+            amsgrad=False,
+            lr=self.lr,
+            beta1=b1,
+            beta2=b2,
+            weight_decay=self.weight_decay,
+            eps=_EPS,
+            maximize=False,
+        )
+
+    def _sgd(self) -> None:
+        k = self.steps.shape[0]
         for n, p in self.leaves.items():
             if p.grad is None:
                 continue
             g = p.grad
             if self.weight_decay:
                 g = g.add(p, alpha=self.weight_decay)
-            view = (k,) + (1,) * (p.dim() - 1)
-            if self.name == "adam":
-                m, v = self.buffers[f"{n}.exp_avg"], self.buffers[f"{n}.exp_avg_sq"]
-                m.lerp_(g, 1 - b1)
-                v.mul_(b2).addcmul_(g, g, value=1 - b2)
-                step_size = (self.lr / bc1).to(p.dtype).view(view)
-                denom = (v.sqrt() / bc2_sqrt.to(p.dtype).view(view)).add_(_EPS)
-                update = m / denom * step_size
-            else:
-                if self.momentum > 0:
-                    buf = self.buffers[f"{n}.momentum"]
-                    fresh = (self.steps == 1).view(view)
-                    buf.copy_(torch.where(fresh, g, buf * self.momentum + g))
-                    g = buf
-                update = g * self.lr
-            p.sub_(update)
+            if self.momentum > 0:
+                buf = self.buffers[f"{n}.momentum"]
+                fresh = (self.steps == 1).view((k,) + (1,) * (p.dim() - 1))
+                buf.mul_(self.momentum).add_(g)
+                if bool(fresh.any()):
+                    buf.copy_(torch.where(fresh, g, buf))
+                g = buf
+            p.sub_(g, alpha=self.lr)
 
     def state(self) -> tuple[dict[str, Tensor], Tensor]:
         """``(buffers, steps)`` for :meth:`OptimizerStore.scatter`."""

@@ -198,6 +198,25 @@ class GraphBatch:
 
         return self.cached("mean", make)
 
+    def input_dropout(self, p: float, training: bool, generator: torch.Generator | None) -> Tensor:
+        """Dropout of the features ``x``, drawing only for their non-zero entries (found once per batch).
+
+        Same distribution as :func:`securefgl.nn._functional.dropout` on ``x``.
+        """
+        if not training or p == 0.0:
+            return self.x
+        flat = self.x.reshape(-1)
+        nz = self.cached("x_nonzero", lambda: (flat != 0).nonzero().squeeze(1))
+        if nz.numel() > 0.25 * flat.numel():
+            from securefgl.nn._functional import dropout
+
+            return dropout(self.x, p, training, generator)
+        keep = torch.rand(nz.numel(), generator=generator, device=self.device) >= p
+        idx = nz[keep]
+        out = torch.zeros_like(flat)
+        out[idx] = flat[idx] / (1.0 - p)
+        return out.view_as(self.x)
+
     def self_loop_edges(self) -> Tensor:
         """Union edges without self loops, plus one self loop per row (GAT)."""
 
@@ -223,16 +242,7 @@ class GraphBatch:
         Returns:
             ``(P, F_out)``.
         """
-        parts = []
-        for s, e, pad, off in self.buckets:
-            xb = x[off : off + (e - s) * pad].view(e - s, pad, x.size(1))
-            wt = weight[s:e].transpose(1, 2)
-            if bias is None:
-                parts.append(torch.bmm(xb, wt))
-            else:
-                parts.append(torch.baddbmm(bias[s:e].unsqueeze(1), xb, wt))
-        out = parts[0] if len(parts) == 1 else torch.cat([p.reshape(-1, p.size(-1)) for p in parts])
-        return out.reshape(self.num_rows, weight.size(1))
+        return _BucketedLinear.apply(x, weight, bias, self.buckets, self.num_rows)
 
     def per_row(self, values: Tensor) -> Tensor:
         """Broadcast per-client values ``(K, ...)`` to rows ``(P, ...)``."""
@@ -247,6 +257,53 @@ class GraphBatch:
             res[gi] = real[pos : pos + self.sizes[b]]
             pos += self.sizes[b]
         return res
+
+
+class _BucketedLinear(torch.autograd.Function):
+    """Per-client linear map over the buckets of a :class:`GraphBatch`, with a hand-written backward.
+
+    The backward writes every bucket's gradient straight into one preallocated ``(K, ...)`` tensor, so the
+    stacked weight gets exactly one full-size gradient per call (slicing or splitting the stacked weight
+    under autograd would add zero-filled or concatenated full-size copies).
+    """
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, weight: Tensor, bias: Tensor | None, buckets: list, num_rows: int) -> Tensor:
+        f_in, f_out = x.size(1), weight.size(1)
+        out = x.new_empty(num_rows, f_out)
+        for s, e, pad, off in buckets:
+            rows = slice(off, off + (e - s) * pad)
+            xb = x[rows].view(e - s, pad, f_in)
+            ob = out[rows].view(e - s, pad, f_out)
+            wt = weight[s:e].transpose(1, 2)
+            if bias is None:
+                torch.bmm(xb, wt, out=ob)
+            else:
+                torch.baddbmm(bias[s:e].unsqueeze(1), xb, wt, out=ob)
+        ctx.save_for_backward(x, weight)
+        ctx.buckets = buckets
+        ctx.has_bias = bias is not None
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+        x, weight = ctx.saved_tensors
+        need_x, need_w, need_b = ctx.needs_input_grad[:3]
+        f_in, f_out = x.size(1), weight.size(1)
+        grad = grad.contiguous()
+        gx = torch.empty_like(x) if need_x else None
+        gw = torch.empty_like(weight) if need_w else None
+        gb = weight.new_empty(weight.size(0), f_out) if (need_b and ctx.has_bias) else None
+        for s, e, pad, off in ctx.buckets:
+            rows = slice(off, off + (e - s) * pad)
+            g = grad[rows].view(e - s, pad, f_out)
+            if gx is not None:
+                torch.bmm(g, weight[s:e], out=gx[rows].view(e - s, pad, f_in))
+            if gw is not None:
+                torch.bmm(g.transpose(1, 2), x[rows].view(e - s, pad, f_in), out=gw[s:e])
+            if gb is not None:
+                torch.sum(g, dim=1, out=gb[s:e])
+        return gx, gw, gb, None, None
 
 
 class SparseOperator:

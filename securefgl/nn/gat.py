@@ -127,7 +127,7 @@ class GAT(torch.nn.Module):
         x = batch.x
         for i, conv in enumerate(self.convs):
             pre = f"convs.{i}."
-            x = dropout(x, self.p, training, generator)
+            x = batch.input_dropout(self.p, training, generator) if i == 0 else dropout(x, self.p, training, generator)
             h, c = conv.heads, conv.out_channels
             xs = batch.linear(x, params[pre + "lin.weight"]).view(n, h, c)
             a_src = (xs * batch.per_row(params[pre + "att_src"].squeeze(1))).sum(-1)

@@ -60,7 +60,7 @@ class GCN(torch.nn.Module):
         adj = batch.gcn_operator()
         x = batch.x
         for i in range(len(self.convs)):
-            x = dropout(x, self.p, training, generator)
+            x = batch.input_dropout(self.p, training, generator) if i == 0 else dropout(x, self.p, training, generator)
             h = batch.linear(x, params[f"convs.{i}.lin.weight"])
             x = adj @ h + batch.per_row(params[f"convs.{i}.bias"])
             if i < len(self.convs) - 1:

@@ -62,7 +62,7 @@ class GraphSAGE(torch.nn.Module):
         mean = batch.mean_operator()
         x = batch.x
         for i in range(len(self.convs)):
-            x = dropout(x, self.p, training, generator)
+            x = batch.input_dropout(self.p, training, generator) if i == 0 else dropout(x, self.p, training, generator)
             if i == 0 and not (training and self.p > 0):
                 agg = batch.cached("sage_agg0", lambda x=x: mean @ x)
             else:

@@ -505,3 +505,20 @@ def test_end_to_end_on_a_synthetic_graph_through_the_engine():
     assert all(r.crypto_seconds > 0 and r.total_up > 0 for r in res.rounds)
     rows = [c.row() for c in res.final.per_client]
     assert all("test_minority_acc" in r for r in rows)
+
+
+@pytest.mark.parametrize("sparse", [True, False])
+def test_gnn_dropout_is_seeded_and_only_in_training(sparse):
+    datas = _clients(2, seed=12, sparse=sparse)
+    pack = pack_clients(datas, num_classes=C)
+    params = {
+        k: to_math_layout(k, torch.stack([s.gnn[k] for s in _states(datas, "sage")]))
+        for k in _states(datas, "sage")[0].gnn
+    }
+    run = [
+        gnn_forward("sage", params, pack, dropout=0.5, generator=torch.Generator().manual_seed(s))
+        for s in (1, 1, 2)
+    ]
+    torch.testing.assert_close(run[0], run[1])  # same generator state, same masks
+    assert not torch.allclose(run[0], run[2])
+    assert not torch.allclose(run[0], gnn_forward("sage", params, pack))  # eval (no dropout) differs

@@ -139,14 +139,14 @@ def test_every_message_type_is_registered_once() -> None:
 # -- fuzzing: the decoder raises MalformedMessageError and nothing else ---------------------------------
 
 
-@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.binary(max_size=300))
 def test_fuzz_random_bytes(data: bytes) -> None:
     with contextlib.suppress(MalformedMessageError):
         m.decode(data)
 
 
-@settings(max_examples=600, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(
     idx=st.integers(0, len(EXAMPLES) - 1),
     body=st.binary(max_size=200),
@@ -157,7 +157,7 @@ def test_fuzz_valid_header_random_body(idx: int, body: bytes) -> None:
         m.decode(header + body)
 
 
-@settings(max_examples=800, deadline=None)
+@settings(max_examples=400, deadline=None)
 @given(
     idx=st.integers(0, len(EXAMPLES) - 1),
     edits=st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), min_size=1, max_size=6),

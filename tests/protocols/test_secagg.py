@@ -222,6 +222,19 @@ def test_exact_in_the_ring_for_arbitrary_reals() -> None:
     assert torch.equal(sums["x"], expected["x"]) and torch.equal(sums["c"], expected["c"])
 
 
+def test_wide_ring_uses_64_bit_words() -> None:
+    schema = SumSchema([BlockSpec("x", (6,), bound=4.0)], max_clients=1000, precision=2.0**-40)
+    assert 32 < schema.ring_bits <= 64
+    rng = np.random.default_rng(9)
+    contrib = {c: {"x": rng.integers(-(2**41), 2**41, 6) / 2.0**40} for c in range(4)}
+    sums, tr = SecAgg().aggregate(schema, contrib)
+    assert np.array_equal(
+        sums["x"].double().numpy(), sum(contrib[c]["x"] for c in range(4)).astype(np.float32)
+    )
+    (rec, *_) = server_messages(tr, "masked_input")
+    assert decode(rec.payload, MaskedInput).vector.dtype == np.uint64
+
+
 def test_chacha20_prg_gives_the_same_sum() -> None:
     schema = grid_schema()
     contrib = grid_contributions(schema, list(range(4)), seed=3)
@@ -290,7 +303,7 @@ def test_every_dropout_count_down_to_the_threshold(n: int, stage: str) -> None:
 def test_n50_at_the_threshold_and_below_sampled(stage: str) -> None:
     t = resolve_graph(SecAgg().config, 50).threshold
     _dropout_case(50, stage, 50 - t, seed=7)
-    if stage in ("advertise_keys", "unmasking"):
+    if stage == "advertise_keys":  # below the threshold (the other stages: n = 3, 5, 10 and the slow sweep)
         _dropout_case(50, stage, 50 - t + 1, seed=8)
 
 

@@ -280,3 +280,18 @@ def test_resolve_graph_is_what_clients_check() -> None:
     reply = decode(client.handle(server.start().messages[0]))
     assert isinstance(reply, Abort) and reply.reason == "InconsistentViewError"
     assert resolve_graph(proto.config, n) != resolve_graph(weak.config, n)
+
+
+def test_server_is_single_use_and_stage_ordered() -> None:
+    from securefgl.errors import StageOrderError
+
+    schema, _ = schema_and_contributions(4)
+    proto = SecAggPlus()
+    server = SecAggPlusServer(
+        schema, range(4), config=proto.config, protocol_name=proto.name, round_index=0, recipient=None
+    )
+    server.start()
+    with pytest.raises(StageOrderError):
+        server.start()
+    with pytest.raises(StageOrderError, match="awaiting 'advertise_keys'"):
+        server.handle("masked_input", [])

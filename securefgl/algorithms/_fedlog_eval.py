@@ -1,0 +1,86 @@
+r"""FedLoG's "unseen data" evaluation sets (spec ``shared/specs/fedlog.md`` §1.2, steps 5-7).
+
+Internal module of :mod:`securefgl.algorithms.fedlog`. For client :math:`k` with node set :math:`V_k`, the
+evolved graph :math:`G_k^+` is the ``hops``-hop expansion of :math:`V_k` in the global graph, with every global
+edge among its nodes. On it:
+
+* Unseen Node (``unseen_node_mask``): nodes of :math:`G_k^+` outside :math:`V_k` whose label is a class the
+  client has training labels for;
+* Missing Class (``unseen_cls_mask``): nodes of :math:`G_k^+` whose label is *not* among the client's training
+  classes (its removed tail classes and classes it never held).
+
+The New Client is FedLoG's held-out Metis part (``FederatedGraph.held_out``): every local model predicts all of
+its nodes. These sets are test data that *arrives later at the client*; they are attached to the client's own
+``Data`` (attributes ``unseen_*`` and ``nc_*``) and are read only by client-side code.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+from torch_geometric.utils import k_hop_subgraph, subgraph
+
+from securefgl.errors import ConfigError
+
+__all__ = ["attach_generalization_sets"]
+
+
+def attach_generalization_sets(fg: Any, hops: int = 2) -> Any:
+    """A copy of ``fg`` whose clients carry FedLoG's Unseen-Node, Missing-Class and New-Client test sets.
+
+    Args:
+        fg: A :class:`~securefgl.data.FederatedGraph` (normally from ``partition_graph(..., "fedlog", K)``).
+        hops: Expansion radius ``r`` of :math:`G_k^+` (the paper's value is lost; spec recommends 2).
+
+    Returns:
+        A shallow copy of ``fg`` with new client ``Data`` objects holding ``unseen_x`` ``(N_k^+, F)``,
+        ``unseen_edge_index`` ``(2, E_k^+)`` (local to :math:`G_k^+`), ``unseen_y``, ``unseen_node_mask``,
+        ``unseen_cls_mask`` and, when ``fg.held_out`` exists, ``nc_x``, ``nc_edge_index``, ``nc_y``.
+
+    Raises:
+        ConfigError: ``hops`` is not an integer >= 0, or ``fg`` has no source graph.
+    """
+    if isinstance(hops, bool) or not isinstance(hops, int) or hops < 0:
+        raise ConfigError(f"hops must be an integer >= 0, got {hops!r}")
+    if fg.source is None:
+        raise ConfigError("attach_generalization_sets needs a FederatedGraph with its source graph")
+    src = fg.source
+    ei_global = src.edge_index
+    n = int(fg.num_nodes)
+    out = copy.copy(fg)
+    clients = []
+    for data in fg.clients:
+        d = copy.copy(data)
+        gid = data.global_id
+        if hops > 0:
+            nodes, _, _, _ = k_hop_subgraph(gid, hops, ei_global, num_nodes=n, relabel_nodes=False)
+        else:
+            nodes = gid.clone()
+        nodes = torch.unique(nodes)
+        ei, _ = subgraph(nodes, ei_global, relabel_nodes=True, num_nodes=n)
+        y = src.y[nodes]
+        trained = torch.unique(data.y[data.train_mask])
+        own = torch.zeros(n, dtype=torch.bool)
+        own[gid] = True
+        is_trained = torch.isin(y, trained)
+        d.unseen_x = src.x[nodes]
+        d.unseen_edge_index = ei
+        d.unseen_y = y
+        d.unseen_node_mask = (~own[nodes]) & is_trained
+        d.unseen_cls_mask = ~is_trained
+        if fg.held_out is not None:
+            d.nc_x = fg.held_out.x
+            d.nc_edge_index = fg.held_out.edge_index
+            d.nc_y = fg.held_out.y
+        clients.append(d)
+    out.clients = clients
+    out.meta = dict(fg.meta)
+    out.meta["fedlog_eval"] = {
+        "hops": hops,
+        "unseen_node": [int(c.unseen_node_mask.sum()) for c in clients],
+        "missing_class": [int(c.unseen_cls_mask.sum()) for c in clients],
+        "new_client": int(fg.held_out.num_nodes) if fg.held_out is not None else 0,
+    }
+    return out

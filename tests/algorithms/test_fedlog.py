@@ -1,0 +1,309 @@
+"""FedLoG: secure class-rate-weighted synthetic data, isolation, protocol equivalence, bad input."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import securefgl.algorithms.fedlog as fedlog_mod
+from securefgl.algorithms.base import Client, RoundState, Setting
+from securefgl.algorithms.fedlog import FedLoG, attach_generalization_sets
+from securefgl.config import build
+from securefgl.data import make_csbm, partition_graph
+from securefgl.engine.config import RunConfig, TrainConfig
+from securefgl.engine.runner import run_seed
+from securefgl.errors import ConfigError
+from securefgl.nn.registry import ModelSpec
+from securefgl.protocols.registry import get_protocol
+
+TINY = {
+    "num_proto": 2,
+    "hidden": 16,
+    "out_dim": 8,
+    "prompt_epochs": 2,
+    "prompt_inits": 1,
+    "batch_size": 16,
+}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    # tiny graphs: thread hand-off dominates on a loaded 2-core machine
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+def _graph(num_classes: int = 4, missing=None, seed: int = 0, hops: int = 2):
+    data = make_csbm(num_nodes=240, num_classes=num_classes, num_features=8, avg_degree=6, seed=seed)
+    params = {} if missing is None else {"missing_classes": missing}
+    fg = partition_graph(data, "fedlog", 3, seed=seed, split=(0.4, 0.3, 0.3), cache=False, **params)
+    return attach_generalization_sets(fg, hops=hops)
+
+
+def _run(fg, protocol: str = "plaintext", rounds: int = 2, **options):
+    cfg = build(
+        RunConfig,
+        {
+            "algorithm": {"name": "fedlog", "options": {**TINY, **options}},
+            "protocol": {"name": protocol},
+            "train": {"rounds": rounds},
+            "device": "cpu",
+        },
+    )
+    return run_seed(cfg, fg, 0, torch.device("cpu"))
+
+
+def _setting(f: int = 3, c: int = 3, k: int = 3) -> Setting:
+    return Setting(
+        num_features=f,
+        num_classes=c,
+        num_clients=k,
+        num_nodes=100,
+        count_bound=100,
+        model=ModelSpec(),
+        train=TrainConfig(rounds=2),
+        max_clients_per_round=k,
+    )
+
+
+def _hand_contributions(alg: FedLoG, rho: torch.Tensor, xh: torch.Tensor, rs: RoundState):
+    """Uploads written by hand from the spec's rule: rho * X^H (already slot-permuted), rho, holders."""
+    schema = alg.requests(rs)[0].schema
+    out = {}
+    for k in range(rho.shape[0]):
+        contrib = {}
+        for b in schema.blocks:
+            if b.name.startswith("theta.") and b.name != "theta.den":
+                contrib[b.name] = torch.full(b.shape, float(k + 1) / 10)
+        contrib.update(
+            {
+                "theta.den": torch.tensor([1]),
+                "xh.num": rho[k].view(-1, 1, 1) * xh[k],
+                "xh.den": rho[k],
+                "holders": (rho[k] > 0).long(),
+                "eval.correct": torch.tensor([k, 1, 0, 0]),
+                "eval.count": torch.tensor([3, 2, 0, 0]),
+                "eval.nc_acc": torch.tensor([0.5]),
+                "eval.nc_models": torch.tensor([1]),
+            }
+        )
+        out[k] = contrib
+    return schema, out
+
+
+def test_server_aggregation_equals_weighted_formula() -> None:
+    alg = FedLoG(_setting(), {**TINY, "prompt_mode": "none"})
+    gen = torch.Generator().manual_seed(0)
+    server = alg.init_server(gen)
+    rs = RoundState("train", 1, 1, (0, 1, 2), alg.initial_broadcast(server), 2)
+    rho = torch.tensor([[0.5, 0.5, 0.0], [0.25, 0.75, 0.0], [1.0, 0.0, 0.0]])  # class 2: held by nobody
+    xh = torch.rand(3, 3, 2, 3, generator=gen) * 2 - 1  # (K, C, m, F)
+    schema, contribs = _hand_contributions(alg, rho, xh, rs)
+    sums, _ = get_protocol("plaintext").aggregate(schema, contribs)
+    out = alg.server_step(server, sums, rs)
+    # Eq. 4: x~[c] = sum_k w_kc X_k[c], w_kc = rho_kc / sum_k' rho_k'c
+    expect = {c: sum(rho[k, c] / rho[:, c].sum() * xh[k, c] for k in range(3)) for c in (0, 1)}
+    assert out["syn.y"].tolist() == [0, 0, 1, 1]
+    torch.testing.assert_close(out["syn.x"][:2], expect[0], atol=1e-5, rtol=0)
+    torch.testing.assert_close(out["syn.x"][2:], expect[1], atol=1e-5, rtol=0)
+    # class 1 is held by clients 0 and 1 only: client 2's rows have weight 0
+    assert not torch.allclose(out["syn.x"][2:], xh[2, 1])
+    # model: uniform mean
+    name = next(k for k in out if k.startswith("theta."))
+    torch.testing.assert_close(out[name], torch.full_like(out[name], 0.2), atol=1e-5, rtol=0)
+    rep = alg.run_report(server)["fedlog"]
+    assert rep["classes"] == {"absent": [2], "withheld": [], "synthetic": [0, 1]}
+    assert rep["last"]["seen_val"] == pytest.approx(3 / 9)
+    assert rep["last"]["seen_test"] == pytest.approx(3 / 6)
+    assert rep["last"]["unseen_node"] is None and rep["last"]["new_client"] == pytest.approx(0.5)
+
+
+def test_min_holders_withholds_single_holder_class() -> None:
+    alg = FedLoG(_setting(), {**TINY, "prompt_mode": "none", "min_holders": 2})
+    gen = torch.Generator().manual_seed(1)
+    server = alg.init_server(gen)
+    rs = RoundState("train", 1, 1, (0, 1, 2), alg.initial_broadcast(server), 2)
+    rho = torch.tensor([[0.5, 0.5, 0.0], [0.5, 0.0, 0.5], [1.0, 0.0, 0.0]])  # classes 1, 2: one holder each
+    xh = torch.rand(3, 3, 2, 3, generator=gen)
+    schema, contribs = _hand_contributions(alg, rho, xh, rs)
+    sums, _ = get_protocol("plaintext").aggregate(schema, contribs)
+    out = alg.server_step(server, sums, rs)
+    assert out["syn.y"].tolist() == [0, 0]
+    assert torch.isfinite(out["syn.x"]).all()
+    assert alg.run_report(server)["fedlog"]["classes"]["withheld"] == [1, 2]
+
+
+def test_secagg_equals_plaintext_up_to_quantisation() -> None:
+    alg = FedLoG(_setting(f=4), {**TINY, "prompt_mode": "none"})
+    gen = torch.Generator().manual_seed(2)
+    server = alg.init_server(gen)
+    rs = RoundState("train", 1, 1, (0, 1, 2), alg.initial_broadcast(server), 2)
+    rho = torch.tensor([[0.2, 0.8, 0.0], [0.6, 0.1, 0.3], [0.0, 0.0, 1.0]])
+    xh = torch.rand(3, 3, 2, 4, generator=gen) * 2 - 1
+    schema, contribs = _hand_contributions(alg, rho, xh, rs)
+    outs = {}
+    for name in ("plaintext", "secagg"):
+        s = alg.init_server(torch.Generator().manual_seed(2))
+        sums, _ = get_protocol(name).aggregate(schema, contribs)
+        outs[name] = alg.server_step(s, sums, rs)
+    bound = schema.error_bound(3)["xh.num"] / float(rho.sum(0).min()) + 1e-6
+    assert outs["plaintext"].keys() == outs["secagg"].keys()
+    diff = (outs["plaintext"]["syn.x"] - outs["secagg"]["syn.x"]).abs().max()
+    assert 0 <= float(diff) <= bound
+
+
+def test_end_to_end_short_run_reports_all_settings() -> None:
+    fg = _graph()
+    res = _run(fg, "secagg", rounds=2)
+    rep = res.report["fedlog"]
+    assert len(rep["history"]) == 2
+    for key in ("seen_val", "seen_test", "unseen_node", "missing_class", "new_client"):
+        v = rep["best"][key]
+        assert v is not None and math.isfinite(v) and 0 <= v <= 1, (key, v)
+    assert math.isfinite(res.final.overall["val_acc"])
+    # seen-graph metrics from the secure counters equal the engine's own pooled metrics of that round
+    ev = res.evals[rep["history"].index(rep["last"])]
+    assert rep["last"]["seen_val"] == pytest.approx(ev.overall["val_acc_pooled"])
+    # prompt generators are summed once: round 0 uploads more than round 1
+    assert res.rounds[0].total_up > res.rounds[1].total_up > 0
+
+
+def test_secagg_and_plaintext_runs_agree() -> None:
+    fg = _graph(seed=1)
+    a = _run(fg, "plaintext", rounds=2, prompt_mode="none").report["fedlog"]["history"]
+    b = _run(fg, "secagg", rounds=2, prompt_mode="none").report["fedlog"]["history"]
+    for ra, rb in zip(a, b, strict=True):
+        for key in ("seen_val", "seen_test", "unseen_node", "missing_class"):
+            assert ra[key] == pytest.approx(rb[key], abs=0.02)
+
+
+def test_client_upload_is_rate_weighted_permutation_of_own_head_nodes() -> None:
+    fg = _graph()
+    alg = FedLoG(_setting(f=fg.num_features, c=fg.num_classes), {**TINY, "prompt_mode": "none"})
+    alg.seal()
+    client = Client(0, fg.clients[0], torch.Generator().manual_seed(0))
+    alg.init_client(client)
+    server = alg.init_server(torch.Generator().manual_seed(0))
+    rs = RoundState("train", 0, 0, (0,), alg.initial_broadcast(server), 2)
+    up = alg.client_step(client, rs)
+    rho = client.state["rho"].float()
+    xh = client.state["xh"].detach().view(fg.num_classes, 2, -1)
+    for c in range(fg.num_classes):
+        rows = up["xh.num"][c]
+        want = rho[c] * xh[c]
+        # same multiset of rows: every uploaded row matches one of the client's own rows
+        d = torch.cdist(rows, want)
+        assert float(d.min(1).values.max()) < 1e-6
+    assert up["holders"].tolist() == (rho > 0).long().tolist()
+    assert "xt" not in str(sorted(up)) and "lam" not in str(sorted(up))
+
+
+def _tensors(obj, seen=None):
+    seen = set() if seen is None else seen
+    if id(obj) in seen:
+        return
+    seen.add(id(obj))
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, torch.nn.Module):
+        yield from (p for p in obj.state_dict().values())
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            yield from _tensors(v, seen)
+    elif isinstance(obj, list | tuple):
+        for v in obj:
+            yield from _tensors(v, seen)
+
+
+def test_no_client_can_reach_another_clients_data() -> None:
+    fg = _graph()
+    setting = _setting(f=fg.num_features, c=fg.num_classes)
+    alg = FedLoG(setting, TINY)
+    alg.seal()
+    clients = [Client(i, d, torch.Generator().manual_seed(i)) for i, d in enumerate(fg.clients)]
+    for c in clients:
+        alg.init_client(c)
+    server = alg.init_server(torch.Generator().manual_seed(0))
+    bc = alg.initial_broadcast(server)
+    prot = get_protocol("plaintext")
+    for r in range(2):
+        rs = RoundState("train", r, r, (0, 1, 2), bc, 2)
+        outs = alg.client_steps(clients, rs)
+        sums = {}
+        for req in alg.requests(rs):
+            contribs = {cid: (o if len(alg.requests(rs)) == 1 else o[req.key]) for cid, o in outs.items()}
+            sums[req.key] = prot.aggregate(req.schema, contribs)[0]
+        bc = alg.server_step(server, sums if len(sums) > 1 else sums["main"], rs)
+    # the algorithm object holds no client, and the server state holds no per-client value
+    assert not any(isinstance(v, Client) for v in vars(alg).values())
+    assert set(server) == {"theta", "history", "classes"}
+    # no tensor reachable from one client's state shares storage with another client's state or data
+    ptrs = {}
+    for c in clients:
+        mine = {t.untyped_storage().data_ptr() for t in _tensors(c.state) if t.numel()}
+        mine |= {getattr(c.data, k).untyped_storage().data_ptr() for k in ("x", "y", "edge_index")}
+        ptrs[c.id] = mine
+    for a in clients:
+        for b in clients:
+            if a.id < b.id:
+                assert not (ptrs[a.id] & ptrs[b.id]), (a.id, b.id)
+    # the broadcast synthetic data is not any single client's head-branch data
+    for c in clients:
+        own = c.state["xh"].detach()
+        assert not torch.allclose(bc["syn.x"], own[: bc["syn.x"].shape[0]], atol=1e-4)
+
+
+def test_class_absent_everywhere_gets_no_synthetic_nodes() -> None:
+    data = make_csbm(num_nodes=240, num_classes=4, num_features=8, avg_degree=6, seed=0)
+    data.num_classes = 5  # class 4 exists in the label space but has no node
+    fg = attach_generalization_sets(partition_graph(data, "fedlog", 3, seed=0, cache=False), hops=1)
+    res = _run(fg, rounds=2)
+    rep = res.report["fedlog"]
+    assert 4 in rep["classes"]["absent"] and 4 not in rep["classes"]["synthetic"]
+    assert all(math.isfinite(r.loss) for r in res.rounds)
+    assert math.isfinite(res.final.overall["val_acc"])
+
+
+def test_client_with_a_single_class_and_huge_threshold() -> None:
+    fg = _graph(missing=[[1, 2, 3], [], []])
+    assert torch.unique(fg.clients[0].y).tolist() == [0]
+    res = _run(fg, rounds=2, tau=1000.0)
+    rep = res.report["fedlog"]
+    assert all(math.isfinite(r.loss) for r in res.rounds)
+    for key in ("seen_val", "seen_test", "missing_class"):
+        assert rep["best"][key] is not None and math.isfinite(rep["best"][key])
+
+
+def test_generalization_sets_masks() -> None:
+    fg = _graph()
+    for d in fg.clients:
+        trained = set(d.y[d.train_mask].tolist())
+        own = set(d.global_id.tolist())
+        assert d.unseen_x.shape[0] == d.unseen_y.shape[0] >= d.num_nodes
+        assert all(int(y) in trained for y in d.unseen_y[d.unseen_node_mask])
+        assert all(int(y) not in trained for y in d.unseen_y[d.unseen_cls_mask])
+        assert d.nc_x.shape[0] == fg.held_out.num_nodes
+        assert len(own) == d.num_nodes
+    zero = attach_generalization_sets(_graph(), hops=0)
+    assert all(int(d.unseen_node_mask.sum()) == 0 for d in zero.clients)
+    with pytest.raises(ConfigError, match="hops"):
+        attach_generalization_sets(fg, hops=-1)
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("num_proto", 0), ("dropout", 1.0), ("classifier_mode", "x"), ("prompt_mode", "random"), ("min_holders", 0)],
+)
+def test_bad_options_are_rejected(key, value) -> None:
+    with pytest.raises(ConfigError, match=key):
+        FedLoG(_setting(), {key: value})
+
+
+def test_registered() -> None:
+    from securefgl.algorithms.registry import get_algorithm
+
+    assert get_algorithm("FedLoG") is fedlog_mod.FedLoG
