@@ -172,6 +172,8 @@ class InversionConfig:
         label_passes: At most this many re-estimations (until the counts are stable). (default: ``4``)
         anchors: SGD recipes: fix the rows that :func:`bias_candidates` proves exact and start the others at
             the remaining candidates. (default: ``True``)
+        exact_tol: An objective below this counts as an exact fit (no leave-one-out search over the fixed
+            rows). (default: ``1e-4``)
         adam_eps: Epsilon of the simulated Adam (larger than Adam's own, for stable derivatives).
             (default: ``1e-4``)
         max_unknown_nodes: Refuse a graph-known inversion with more unknown nodes. (default: ``2000``)
@@ -191,6 +193,7 @@ class InversionConfig:
     refine_labels: bool = True
     label_passes: int = 4
     anchors: bool = True
+    exact_tol: float = 1e-4
     adam_eps: float = 1e-4
     max_unknown_nodes: int = 2000
 
@@ -513,9 +516,22 @@ def bias_candidates(
         taken |= group
         reps.append(cand[group].mean(0))
         counts.append(int(group.sum()))
-    order = sorted(range(len(reps)), key=lambda k: -counts[k])
-    return (torch.stack([reps[k] for k in order]).to(torch.float32),
-            torch.tensor([counts[k] for k in order], dtype=torch.long))
+    reps_t = torch.stack(reps)
+    counts_t = torch.tensor(counts, dtype=torch.long)
+    # A repeated row can still be a mixture: at a fresh model two same-label nodes have nearly equal
+    # residuals, so every unit active on exactly that pair gives their midpoint. Drop repeated rows that are
+    # the midpoint of two other rows.
+    scale = reps_t.norm(dim=1).max().clamp(min=1e-12)
+    for i in torch.nonzero(counts_t >= 2).flatten().tolist():
+        mirror = 2 * reps_t[i] - reps_t  # 2a - b: the partner c of every b
+        mirror[i] = float("inf")
+        dist = torch.cdist(mirror, reps_t)
+        dist[:, i] = float("inf")
+        dist.fill_diagonal_(float("inf"))
+        if bool((dist < 1e-3 * scale).any()):
+            counts_t[i] = 0
+    order = torch.argsort(-counts_t, stable=True)
+    return reps_t[order].to(torch.float32), counts_t[order]
 
 
 def _prior_penalty(x: Tensor, config: InversionConfig) -> Tensor:
@@ -633,7 +649,7 @@ def invert_update(
     total = passes * quick + cfg.restarts
     done = 0
 
-    def attempt(restarts: int, counts: Tensor | None) -> tuple[float, Tensor, Tensor]:
+    def attempt(restarts: int, counts: Tensor | None, anchors: Tensor) -> tuple[float, Tensor, Tensor]:
         nonlocal done
         fixed = None if counts is None else F.one_hot(_labels_from_counts(counts), num_classes).to(torch.float32)
         best: tuple[float, Tensor | None, Tensor | None] = (math.inf, None, None)
@@ -651,13 +667,25 @@ def invert_update(
         assert best[1] is not None and best[2] is not None
         return best[0], best[1], best[2]
 
+    # A row repeated by several units can still be a mixture (two same-label nodes with equal residuals):
+    # if fixing every such row leaves a clearly non-zero objective, try leaving each one out.
+    k = int(anchors.shape[0])
+    if k:
+        fixed_counts = None if joint else counts
+        total += quick * (k + 1)
+        trials = [(attempt(quick, fixed_counts, anchors)[0], anchors)]
+        if trials[0][0] > cfg.exact_tol:
+            for j in range(k):
+                keep = torch.cat([anchors[:j], anchors[j + 1 :]], 0)
+                trials.append((attempt(quick, fixed_counts, keep)[0], keep))
+        anchors = min(trials, key=lambda t: t[0])[1]
     if joint:
-        value, x_full, labels = attempt(cfg.restarts, None)
+        value, x_full, labels = attempt(cfg.restarts, None, anchors)
         counts = torch.bincount(labels, minlength=num_classes)
     else:
         # iDLG counts need the mean prediction p-bar; estimate it on quick reconstructions until stable.
         for _ in range(passes):
-            _, x, _ = attempt(quick, counts)
+            _, x, _ = attempt(quick, counts, anchors)
             with torch.no_grad():
                 pbar = F.softmax(model_forward(model, base, x, edge_index)[train_rows], -1).mean(0)
             new = recover_label_counts(update, model, recipe, num_classes, num_nodes=n, mean_prediction=pbar)
@@ -665,7 +693,7 @@ def invert_update(
                 break
             counts = new
         total = done + cfg.restarts
-        value, x_full, labels = attempt(cfg.restarts, counts)
+        value, x_full, labels = attempt(cfg.restarts, counts, anchors)
     return Reconstruction(
         x=x_full[train_rows].detach().clone(),
         y=labels.clone(),

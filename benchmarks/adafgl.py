@@ -93,15 +93,21 @@ def main() -> None:
     for dataset in args.datasets:
         data = load_dataset(dataset, args.root)
         params = {"assign": "greedy"} if args.split == "louvain" else {}
-        fg = partition_graph(data, args.split, args.clients, seed=0, split=SPLITS[dataset], root=args.root, **params)
+        fg = partition_graph(
+            data, args.split, args.clients, seed=0, split=SPLITS[dataset], root=args.root, **params
+        )
         for protocol in args.protocols:
             row = {"dataset": dataset, **measure(fg, dataset, args.split, protocol, args)}
             rows.append(row)
             print(json.dumps(row), flush=True)
-    print(f"\nAdaFGL wall time, {args.clients} clients, {args.rounds} rounds, {args.epochs} step-2 epochs, "
-          f"{args.device}, {args.threads} thread(s)")
-    print("| dataset | protocol | step 1 total s | step 1 train s | step 1 protocol s | step 2 s | step 2 bytes |"
-          " upload/client/round | run s |")
+    print(
+        f"\nAdaFGL wall time, {args.clients} clients, {args.rounds} rounds, {args.epochs} step-2 epochs, "
+        f"{args.device}, {args.threads} thread(s)"
+    )
+    print(
+        "| dataset | protocol | step 1 total s | step 1 train s | step 1 protocol s | step 2 s | step 2 bytes |"
+        " upload/client/round | run s |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(

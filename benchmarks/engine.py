@@ -95,60 +95,78 @@ def main() -> None:
 
     t_b = timeit(centralized, args.repeats, device)
 
-    rows = []
-    for k in [int(v) for v in args.clients.split(",")]:
-        fg = partition_graph(data, "metis", k, seed=0, root=args.root)
-        setting = Setting(
-            fg.num_features, fg.num_classes, k, fg.num_nodes, fg.num_nodes, spec, train, device=device,
-            max_clients_per_round=k,
+    rows = [
+        measure(k, data, spec, train, device, epochs, args) for k in [int(v) for v in args.clients.split(",")]
+    ]
+    report(rows, t_b)
+
+
+def measure(k: int, data, spec, train, device, epochs: int, args) -> tuple:
+    """(K, (a) train, (a)+upload, (a)+sum+server, (c), (d)) for K clients."""
+    fg = partition_graph(data, "metis", k, seed=0, root=args.root)
+    setting = Setting(
+        fg.num_features,
+        fg.num_classes,
+        k,
+        fg.num_nodes,
+        fg.num_nodes,
+        spec,
+        train,
+        device=device,
+        max_clients_per_round=k,
+    )
+    ws: dict = {"generator": torch.Generator(device=device).manual_seed(2)}
+    clients = [
+        Client(i, d.to(device), torch.Generator(device=device).manual_seed(10 + i), workspace=ws)
+        for i, d in enumerate(fg.clients)
+    ]
+    fedavg = create_algorithm("fedavg", setting)
+    server = fedavg.init_server(torch.Generator().manual_seed(0))
+    broadcast = {n: v.to(device) for n, v in fedavg.initial_broadcast(server).items()}
+    rs = RoundState("train", 0, 0, tuple(range(k)), broadcast)
+    model = setting.make_model(generator=torch.Generator().manual_seed(0))
+    plaintext = get_protocol("plaintext")
+    schema = fedavg.schema(rs)
+
+    def batched_training() -> None:
+        train_clients(
+            model, clients, broadcast, epochs=epochs, lr=0.01, generator=ws["generator"], batch_order=True
         )
-        ws: dict = {"generator": torch.Generator(device=device).manual_seed(2)}
-        clients = [
-            Client(i, d.to(device), torch.Generator(device=device).manual_seed(10 + i), workspace=ws)
-            for i, d in enumerate(fg.clients)
-        ]
-        fedavg = create_algorithm("fedavg", setting)
-        server = fedavg.init_server(torch.Generator().manual_seed(0))
-        broadcast = {n: v.to(device) for n, v in fedavg.initial_broadcast(server).items()}
-        rs = RoundState("train", 0, 0, tuple(range(k)), broadcast)
-        model = setting.make_model(generator=torch.Generator().manual_seed(0))
-        plaintext = get_protocol("plaintext")
-        schema = fedavg.schema(rs)
 
-        def batched_training() -> None:
-            train_clients(model, clients, broadcast, epochs=epochs, lr=0.01, generator=ws["generator"], batch_order=True)
+    def batched_round_with_uploads() -> None:
+        fedavg.client_steps(clients, rs)
 
-        def batched_round_with_uploads() -> None:
-            fedavg.client_steps(clients, rs)
+    def full_round() -> None:
+        out = fedavg.client_steps(clients, rs)
+        sums, _ = plaintext.aggregate(schema, out, round_index=0)
+        fedavg.server_step(server, sums, rs)
 
-        def full_round() -> None:
-            out = fedavg.client_steps(clients, rs)
-            sums, _ = plaintext.aggregate(schema, out, round_index=0)
-            fedavg.server_step(server, sums, rs)
+    leaves = {n: v.unsqueeze(0).repeat(k, *[1] * v.dim()).requires_grad_(True) for n, v in broadcast.items()}
+    for v in leaves.values():
+        v.grad = torch.randn_like(v)
+    sopt = StackedOptimizer(leaves, "adam", 0.01)
 
-        leaves = {
-            n: v.unsqueeze(0).repeat(k, *[1] * v.dim()).requires_grad_(True) for n, v in broadcast.items()
-        }
-        for v in leaves.values():
-            v.grad = torch.randn_like(v)
-        sopt = StackedOptimizer(leaves, "adam", 0.01)
+    def optimizer_only() -> None:
+        for _ in range(epochs):
+            sopt.step()
 
-        def optimizer_only() -> None:
-            for _ in range(epochs):
-                sopt.step()
+    seq_model = setting.make_model(generator=torch.Generator().manual_seed(0))
 
-        seq_model = setting.make_model(generator=torch.Generator().manual_seed(0))
+    def sequential() -> None:
+        train_clients_sequential(
+            seq_model, clients, broadcast, epochs=epochs, lr=0.01, generator=ws["generator"]
+        )
 
-        def sequential() -> None:
-            train_clients_sequential(seq_model, clients, broadcast, epochs=epochs, lr=0.01, generator=ws["generator"])
+    t_a = timeit(batched_training, args.repeats, device)
+    t_a_up = timeit(batched_round_with_uploads, args.repeats, device)
+    t_full = timeit(full_round, args.repeats, device)
+    t_c = timeit(optimizer_only, args.repeats, device)
+    t_d = timeit(sequential, max(1, args.repeats // 2), device)
+    return (k, t_a, t_a_up, t_full, t_c, t_d)
 
-        t_a = timeit(batched_training, args.repeats, device)
-        t_a_up = timeit(batched_round_with_uploads, args.repeats, device)
-        t_full = timeit(full_round, args.repeats, device)
-        t_c = timeit(optimizer_only, args.repeats, device)
-        t_d = timeit(sequential, max(1, args.repeats // 2), device)
-        rows.append((k, t_a, t_a_up, t_full, t_c, t_d))
 
+def report(rows: list, t_b: float) -> None:
+    """Print the table and the two targets."""
     print()
     header = (
         f"{'K':>4} {'(a) train':>10} {'(a)+upload':>11} {'(a)+sum+srv':>12} {'(b) central':>12} {'(c) optim':>10} "

@@ -51,6 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=None, help="Nodes of the synthetic graph.")
     parser.add_argument("--clients", type=int, default=10, help="Number of clients K (default 10).")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--graphs", nargs="*", default=None, choices=["cora", "tolokers", "csbm"], help="Subset of graphs."
+    )
     args = parser.parse_args(argv)
     methods = args.methods or list(partition_methods())
 
@@ -68,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     with tempfile.TemporaryDirectory(prefix="securefgl-bench-") as tmp:
         for gname, make in _graphs(args.quick, args.nodes):
+            if args.graphs and gname.split("-")[0].lower() not in args.graphs:
+                continue
             t0 = time.perf_counter()
             data = make()  # type: ignore[operator]
             t_load = time.perf_counter() - t0

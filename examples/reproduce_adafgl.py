@@ -111,11 +111,16 @@ def client_table(fg: Any, seed: int = 0) -> list[dict[str, Any]]:
         rep = client_homophily_report(c.edge_index, c.y, fg.num_classes)
         rep["client"] = i
         rep["hcs_estimate"] = homophily_confidence_score(
-            adjacency(c.edge_index, c.num_nodes), c.y, c.train_mask, fg.num_classes,
+            adjacency(c.edge_index, c.num_nodes),
+            c.y,
+            c.train_mask,
+            fg.num_classes,
             generator=torch.Generator().manual_seed(seed + i),
         )
         if info is not None:
-            rep["injection"] = {k: info[i][k] for k in ("mode", "requested", "added", "shortfall", "edges_before")}
+            rep["injection"] = {
+                k: info[i][k] for k in ("mode", "requested", "added", "shortfall", "edges_before")
+            }
             rep["edge_homophily_before_injection"] = info[i]["edge_homophily_before"]
         rows.append(rep)
     return rows
@@ -129,7 +134,11 @@ def print_clients(rows: list[dict[str, Any]]) -> None:
     print("  client  n    |E|   iso  H_node H_edge H_class  HCS   injection")
     for r in rows:
         inj = r.get("injection")
-        inj_s = f"{inj['mode']} +{inj['added']} (H_edge before {fmt(r['edge_homophily_before_injection'])})" if inj else ""
+        inj_s = (
+            f"{inj['mode']} +{inj['added']} (H_edge before {fmt(r['edge_homophily_before_injection'])})"
+            if inj
+            else ""
+        )
         print(
             f"  {r['client']:>6} {r['num_nodes']:>4} {r['num_edges']:>5} {r['isolated_nodes']:>4}  "
             f"{fmt(r['node_homophily'])}  {fmt(r['edge_homophily'])}  {fmt(r['class_homophily'])}  "
@@ -164,11 +173,18 @@ def main() -> None:
     ap.add_argument("--weight-decay", type=float, default=5e-4)
     ap.add_argument("--optimizer-state", choices=["reset", "persistent"], default="reset")
     ap.add_argument("--eval-every", type=int, default=10)
-    ap.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
-                    help="AdaFGL option override (JSON value), e.g. --option alpha=0.3")
+    ap.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="AdaFGL option override (JSON value), e.g. --option alpha=0.3",
+    )
     ap.add_argument("--root", default=None, help="data root (default: $SECUREFGL_DATA)")
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (1 is fastest on busy CPUs)")
+    ap.add_argument(
+        "--threads", type=int, default=1, help="torch intra-op threads (1 is fastest on busy CPUs)"
+    )
     ap.add_argument("--out", default=None, help="write every number to this JSON file")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -182,9 +198,18 @@ def main() -> None:
         data = load_dataset(dataset, args.root)
         for split in args.splits:
             t0 = time.perf_counter()
-            fg = partition_graph(data, split, args.clients, seed=0, split=SPLITS[dataset], root=args.root,
-                                 **partition_params(split))
-            print(f"\n== {dataset} / {split}: {fg.num_clients} clients (partition {time.perf_counter() - t0:.1f}s)")
+            fg = partition_graph(
+                data,
+                split,
+                args.clients,
+                seed=0,
+                split=SPLITS[dataset],
+                root=args.root,
+                **partition_params(split),
+            )
+            print(
+                f"\n== {dataset} / {split}: {fg.num_clients} clients (partition {time.perf_counter() - t0:.1f}s)"
+            )
             rows = client_table(fg)
             print_clients(rows)
             cell: dict[str, Any] = {"dataset": dataset, "split": split, "clients": rows, "runs": []}
@@ -199,7 +224,9 @@ def main() -> None:
                         "adafgl_test_acc": res.final.overall["test_acc"],
                         "adafgl_val_acc": res.final.overall["val_acc"],
                         "fedavg_test_acc_last": fed[-1].overall["test_acc"] if fed else math.nan,
-                        "fedavg_test_acc_bestval": max(fed, key=lambda e: e.overall["val_acc"]).overall["test_acc"]
+                        "fedavg_test_acc_bestval": max(fed, key=lambda e: e.overall["val_acc"]).overall[
+                            "test_acc"
+                        ]
                         if fed
                         else math.nan,
                         "seconds": res.seconds,
@@ -230,13 +257,17 @@ def main() -> None:
             fm, fs = mean_std([100 * r["fedavg_test_acc_last"] for r in runs])
             ok = "-" if paper is None else ("yes" if abs(m - paper[0]) <= TOLERANCE[key[0]] else "NO")
             ps = "-" if paper is None else f"{paper[0]:.1f}±{paper[1]:.1f}"
-            print(f"| {key[0]} | {key[1]} | {protocol} | {m:.1f}±{s:.1f} | {ps} | {ok} | {fm:.1f}±{fs:.1f} | {len(runs)} |")
+            print(
+                f"| {key[0]} | {key[1]} | {protocol} | {m:.1f}±{s:.1f} | {ps} | {ok} | {fm:.1f}±{fs:.1f} | {len(runs)} |"
+            )
         if {"secagg", "plaintext"} <= set(by_proto):
             gap = abs(
                 mean_std([100 * r["adafgl_test_acc"] for r in by_proto["secagg"]])[0]
                 - mean_std([100 * r["adafgl_test_acc"] for r in by_proto["plaintext"]])[0]
             )
-            print(f"|   | | secagg vs plaintext gap | {gap:.2f} points | | {'yes' if gap <= 0.2 else 'NO'} | | |")
+            print(
+                f"|   | | secagg vs plaintext gap | {gap:.2f} points | | {'yes' if gap <= 0.2 else 'NO'} | | |"
+            )
     if args.out:
         Path(args.out).write_text(json.dumps(report, indent=1, default=float))
 

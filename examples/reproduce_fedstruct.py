@@ -4,7 +4,8 @@ K = 10 clients, random partition, 10/10/80 split drawn globally before partition
 per seed. FedStruct-B with Hop2Vec features and Table 4's hyperparameters (Cora: lr 0.002, weight decay
 5e-4, 40 rounds, L = 2, L_s = 10, d_s = 256, f = [F, 64, C], g = [256, 256, C], dropout 0.7), trained by
 FedSGD; the setup sums (receiver-blinded) and every training sum go through ``--protocol``. Baselines: FL GNN
-(FedAvg, one local epoch per round, GraphSage [128, 64]-like) and Local GNN, on the same partitions. Accuracy
+(FedAvg, one local epoch per round, GraphSage [128, 64]-like) and Local GNN (``fedavg``, ``local``), Central GNN (``central``), FL MLP and Local MLP (``flmlp``, ``localmlp``), on
+the same partitions. Accuracy
 is the last round's (no early stopping, as the authors' code), node-count-weighted mean over clients
 (``test_acc``) and pooled over test nodes (``test_acc_pooled``).
 
@@ -38,24 +39,60 @@ PRESETS = {
 }
 
 
+#: FedStruct and the paper's baselines that fit the engine (FedSage+ is out of scope).
+METHODS = ("fedstruct", "fedavg", "local", "central", "flmlp", "localmlp")
+
+
 def config(method: str, dataset: str, protocol: str, rounds: int | None) -> RunConfig:
     opts, lr, wd, epochs = PRESETS[dataset]
-    base = {"partition": {"clients": 10, "cache": False}, "protocol": {"name": protocol}, "output": {"save": False}}
+    base = {
+        "partition": {"clients": 10, "cache": False},
+        "protocol": {"name": protocol},
+        "output": {"save": False},
+    }
     if method == "fedstruct":
         base["algorithm"] = {"name": "fedstruct", "options": dict(opts)}
         base["train"] = {"rounds": rounds or epochs, "lr": lr, "weight_decay": wd, "select_best": False}
     elif method == "fedavg":
         base["algorithm"] = {"name": "fedavg"}
         base["model"] = {"name": "sage", "hidden": 128, "layers": 2, "dropout": 0.5}
-        base["train"] = {"rounds": rounds or 100, "local_epochs": 1, "lr": 0.01, "weight_decay": wd,
-                         "select_best": False}
+        base["train"] = {
+            "rounds": rounds or 100,
+            "local_epochs": 1,
+            "lr": 0.01,
+            "weight_decay": wd,
+            "select_best": False,
+        }
     elif method == "local":
         base["algorithm"] = {"name": "local"}
         base["model"] = {"name": "sage", "hidden": 128, "layers": 2, "dropout": 0.5}
-        base["train"] = {"rounds": rounds or 100, "local_epochs": 1, "lr": 0.01, "weight_decay": wd,
-                         "select_best": False}
+        base["train"] = {
+            "rounds": rounds or 100,
+            "local_epochs": 1,
+            "lr": 0.01,
+            "weight_decay": wd,
+            "select_best": False,
+        }
+    elif method in ("central", "flmlp", "localmlp"):
+        base["algorithm"] = {
+            "name": {"central": "centralized", "flmlp": "fedavg", "localmlp": "local"}[method]
+        }
+        family = "sage" if method == "central" else "mlp"
+        base["model"] = {
+            "name": family,
+            "hidden": 128 if family == "sage" else 64,
+            "layers": 2,
+            "dropout": 0.5,
+        }
+        base["train"] = {
+            "rounds": rounds or 100,
+            "local_epochs": 1,
+            "lr": 0.01,
+            "weight_decay": wd,
+            "select_best": False,
+        }
     else:
-        raise SystemExit(f"unknown method {method!r}; valid: fedstruct, fedavg, local")
+        raise SystemExit(f"unknown method {method!r}; valid: {', '.join(METHODS)}")
     return RunConfig.from_mapping(base)
 
 
@@ -71,21 +108,30 @@ def main() -> None:
     data = load_dataset(args.dataset)
     results: dict[str, list[dict]] = {m: [] for m in args.methods}
     for seed in args.seeds:
-        fg = partition_graph(data, "random", 10, seed=seed, split=(0.1, 0.1, 0.8), split_scope="global", cache=False)
+        fg = partition_graph(
+            data, "random", 10, seed=seed, split=(0.1, 0.1, 0.8), split_scope="global", cache=False
+        )
         fg = fedstruct.attach_cross_edges(fg)
         for m in args.methods:
             t0 = time.perf_counter()
             res = run_seed(config(m, args.dataset, args.protocol, args.rounds), fg, seed, torch.device("cpu"))
             ov = res.final.overall
-            row = {"seed": seed, "test_acc": ov["test_acc"], "test_acc_pooled": ov["test_acc_pooled"],
-                   "seconds": time.perf_counter() - t0, "bytes_up": res.bytes_up}
+            row = {
+                "seed": seed,
+                "test_acc": ov["test_acc"],
+                "test_acc_pooled": ov["test_acc_pooled"],
+                "seconds": time.perf_counter() - t0,
+                "bytes_up": res.bytes_up,
+            }
             results[m].append(row)
             print(json.dumps({"method": m, **row}), flush=True)
     for m, rows in results.items():
         a = np.array([r["test_acc"] for r in rows]) * 100
         p = np.array([r["test_acc_pooled"] for r in rows]) * 100
-        print(f"{args.dataset} {m:10s} {args.protocol}: test_acc {a.mean():.2f} +- {a.std():.2f} "
-              f"(pooled {p.mean():.2f} +- {p.std():.2f}) over seeds {args.seeds}")
+        print(
+            f"{args.dataset} {m:10s} {args.protocol}: test_acc {a.mean():.2f} +- {a.std():.2f} "
+            f"(pooled {p.mean():.2f} +- {p.std():.2f}) over seeds {args.seeds}"
+        )
     if args.out:
         with open(args.out, "w") as fh:
             json.dump(results, fh, indent=2)

@@ -93,7 +93,9 @@ def load_federated_graph(config: RunConfig) -> Any:
     )
 
 
-def _coerce(config: RunConfig | Mapping[str, Any] | str | Path | None, overrides: Mapping[str, Any]) -> RunConfig:
+def _coerce(
+    config: RunConfig | Mapping[str, Any] | str | Path | None, overrides: Mapping[str, Any]
+) -> RunConfig:
     if isinstance(config, RunConfig):
         if overrides:
             return RunConfig.from_mapping(merge(to_dict(config), dict(overrides)))
@@ -102,7 +104,9 @@ def _coerce(config: RunConfig | Mapping[str, Any] | str | Path | None, overrides
         return RunConfig.from_mapping(merge(dict(config or {}), dict(overrides)))
     if isinstance(config, str | Path):
         return load_run_config(config, dict(overrides) or None)
-    raise ConfigError(f"run() takes a RunConfig, a mapping or a config file path, got {type(config).__name__}")
+    raise ConfigError(
+        f"run() takes a RunConfig, a mapping or a config file path, got {type(config).__name__}"
+    )
 
 
 def _output_dir(config: RunConfig) -> Path | None:
@@ -111,7 +115,9 @@ def _output_dir(config: RunConfig) -> Path | None:
     if config.output.dir is not None:
         return Path(config.output.dir)
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    name = f"{stamp}-{config.algorithm.name}-{config.protocol.name}-{config.dataset.name}".replace("+", "plus")
+    name = f"{stamp}-{config.algorithm.name}-{config.protocol.name}-{config.dataset.name}".replace(
+        "+", "plus"
+    )
     return Path("results") / name
 
 
@@ -193,7 +199,8 @@ def run(
     return result
 
 
-
 def _planned_rounds(phases: list[Any], train: Any) -> int:
     """Rounds a seed will run (each local phase counts as one step)."""
-    return sum((p.rounds if p.rounds is not None else train.rounds) if p.kind == "rounds" else 1 for p in phases)
+    return sum(
+        (p.rounds if p.rounds is not None else train.rounds) if p.kind == "rounds" else 1 for p in phases
+    )

@@ -7,6 +7,15 @@ up with :func:`~securefgl.algorithms.registry.get_algorithm` and validate a comb
 
 from __future__ import annotations
 
+# Algorithm modules register themselves when imported (one import per module, below).
+# --- algorithm modules ---
+import securefgl.algorithms.adafgl  # noqa: F401, E402
+import securefgl.algorithms.centralized  # noqa: F401, E402
+import securefgl.algorithms.fedavg  # noqa: F401, E402
+import securefgl.algorithms.fedprox  # noqa: F401, E402
+import securefgl.algorithms.fedspray  # noqa: F401, E402
+import securefgl.algorithms.local  # noqa: F401, E402
+import securefgl.algorithms.opfgl  # noqa: F401, E402
 from securefgl.algorithms.base import (
     Algorithm,
     Broadcast,
@@ -26,15 +35,6 @@ from securefgl.algorithms.registry import (
     register_algorithm,
 )
 
-# Algorithm modules register themselves when imported (one import per module, below).
-# --- algorithm modules ---
-import securefgl.algorithms.adafgl  # noqa: F401, E402
-import securefgl.algorithms.centralized  # noqa: F401, E402
-import securefgl.algorithms.fedavg  # noqa: F401, E402
-import securefgl.algorithms.fedprox  # noqa: F401, E402
-import securefgl.algorithms.fedspray  # noqa: F401, E402
-import securefgl.algorithms.local  # noqa: F401, E402
-import securefgl.algorithms.opfgl  # noqa: F401, E402
 # --- end algorithm modules ---
 
 __all__ = [

@@ -63,7 +63,7 @@ class BatchClient:
 
 def _prelu(h: torch.Tensor, slope: torch.Tensor) -> torch.Tensor:
     """PReLU with one slope per client: ``slope`` (K,), ``h`` (K, n, d)."""
-    return torch.where(h >= 0, h, slope.view(-1, 1, 1) * h)
+    return torch.where(h > 0, h, slope.view(-1, 1, 1) * h)  # slope at exactly 0, as torch.prelu
 
 
 class _Stacked:

@@ -64,6 +64,7 @@ def local_epoch(
     syn: tuple[Tensor, Tensor] | None,
     psi_c: Mapping[int, PromptGenerator] | None,
     alpha: Tensor,
+    dropout_gen: torch.Generator | None = None,
 ) -> float:
     r"""One local epoch (spec §2.7 ``local_epoch``): mini-batches of ``batch_size`` train nodes.
 
@@ -87,20 +88,16 @@ def local_epoch(
     losses = []
     for step in range(steps):
         batch = perm[step * opts.batch_size : (step + 1) * opts.batch_size]
-        lh, lt = net.branch_logp(data.x, data.edge_index, xh, xt, num_classes, generator)
+        lh, lt = net.branch_logp(data.x, data.edge_index, xh, xt, num_classes, dropout_gen, batch)
         a = alpha[batch]
-        y = data.y[batch]
-        yy = y.unsqueeze(1)
-        l_pred = -(
-            a * lh[batch].gather(1, yy).squeeze(1) + (1 - a) * lt[batch].gather(1, yy).squeeze(1)
-        ).mean()
+        yy = data.y[batch].unsqueeze(1)
+        l_pred = -(a * lh.gather(1, yy).squeeze(1) + (1 - a) * lt.gather(1, yy).squeeze(1)).mean()
         loss = l_pred + opts.beta * 0.5 * (xh.norm() + xt.norm())
         if syn is not None:
             syn_x, syn_y = syn
             sx, sei, n_syn = synthetic_graph(syn_x, syn_y, lam, psi_c)
-            sh, st = net.branch_logp(sx, sei, xh, xt, num_classes, generator)
-            sh, st = sh[:n_syn], st[:n_syn]
-            idx = torch.arange(n_syn, device=sh.device)
+            idx = torch.arange(n_syn, device=sx.device)
+            sh, st = net.branch_logp(sx, sei, xh, xt, num_classes, dropout_gen, idx)
             l_syn = -(0.5 * sh[idx, syn_y] + 0.5 * st[idx, syn_y]).mean()
             loss = loss + opts.gamma * l_syn
         opt.zero_grad()
@@ -130,6 +127,7 @@ def pretrain_prompt(
     generator: torch.Generator,
     hidden: int = 128,
     out_dim: int = 64,
+    dropout_gen: torch.Generator | None = None,
 ) -> float:
     r"""Pretrain the client's prompt generator :math:`\psi_k` (spec §2.4, Eqs. 11-13).
 
@@ -156,7 +154,7 @@ def pretrain_prompt(
     last = float("nan")
     psi.train()
     for _ in range(epochs):
-        p = psi(xt_, generator)
+        p = psi(xt_, dropout_gen)
         loss = F.mse_loss(p, target)
         if inits > 0:
             g_loss = 0.0
@@ -220,16 +218,25 @@ def _sage_pairs(params: list[Tensor], x: Tensor, p: Tensor) -> Tensor:
 
 @torch.no_grad()
 def eval_counters(
-    net: FedLoGNet, xh: Tensor, xt: Tensor, data: Any, num_classes: int, tau: float
+    net: FedLoGNet,
+    xh: Tensor,
+    xt: Tensor,
+    data: Any,
+    num_classes: int,
+    tau: float,
+    own: Tensor | None = None,
 ) -> tuple[list[int], list[int], float, int]:
     """Correct/count for seen val, seen test, Unseen Node, Missing Class, and the New-Client accuracy.
+
+    Args:
+        own: The model's log-probabilities on the client's own graph, if already computed.
 
     Returns:
         ``(correct[4], count[4], nc_acc, nc_models)``; ``nc_models`` is 1 when a New-Client set exists.
     """
     net.eval()
     correct, count = [0, 0, 0, 0], [0, 0, 0, 0]
-    logp = predict(net, xh, xt, data.x, data.edge_index, num_classes, tau)
+    logp = predict(net, xh, xt, data.x, data.edge_index, num_classes, tau) if own is None else own
     pred = logp.argmax(-1)
     for i, m in enumerate((data.val_mask, data.test_mask)):
         correct[i] = int((pred[m] == data.y[m]).sum())
@@ -248,9 +255,21 @@ def eval_counters(
 
 @torch.no_grad()
 def predict(
-    net: FedLoGNet, xh: Tensor, xt: Tensor, x: Tensor, ei: Tensor, num_classes: int, tau: float
+    net: FedLoGNet,
+    xh: Tensor,
+    xt: Tensor,
+    x: Tensor,
+    ei: Tensor,
+    num_classes: int,
+    tau: float,
+    chunk: int = 4096,
 ) -> Tensor:
     """Mixed log-probabilities ``(N, C)`` of the local model on a graph (degrees from that graph)."""
     net.eval()
-    lh, lt = net.branch_logp(x, ei, xh, xt, num_classes)
-    return mixed_logp(lh, lt, degree_alpha(ei, x.shape[0], tau))
+    n = x.shape[0]
+    parts = []
+    for start in range(0, n, chunk):  # bounded (chunk, C m, D) memory for the branch refinement
+        idx = torch.arange(start, min(start + chunk, n), device=x.device)
+        lh, lt = net.branch_logp(x, ei, xh, xt, num_classes, None, idx)
+        parts.append(mixed_logp(lh, lt, degree_alpha(ei, n, tau)[idx]))
+    return torch.cat(parts) if parts else torch.empty(0, num_classes, device=x.device)

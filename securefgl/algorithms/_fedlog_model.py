@@ -139,10 +139,17 @@ class FedLoGNet(nn.Module):
         xt: Tensor,
         num_classes: int,
         generator: torch.Generator | None = None,
+        index: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
-        """Head and tail log-probabilities ``(N, C)`` of every node of a graph."""
+        """Head and tail log-probabilities ``(N, C)`` of the nodes of a graph (all, or the rows ``index``).
+
+        The embedder always runs on the whole graph; only the branch refinement (``O(N C m D^2)``) is
+        restricted to ``index`` (a training mini-batch needs its own rows only).
+        """
         h = self.embed(x, edge_index, generator)
         hbar = neighbour_mean(h, edge_index)
+        if index is not None:
+            h, hbar = h[index], hbar[index]
         zh, ph = self.prototypes(xh, num_classes, generator)
         zt, pt = self.prototypes(xt, num_classes, generator)
         return self.head(h, hbar, zh, ph), self.tail(h, hbar, zt, pt)

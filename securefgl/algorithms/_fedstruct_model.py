@@ -20,7 +20,12 @@ __all__ = ["DecoupledGCN", "degree_onehot", "make_mlp"]
 
 
 def make_mlp(
-    in_dim: int, hidden: Sequence[int], out_dim: int, dropout: float, *, generator: torch.Generator | None = None
+    in_dim: int,
+    hidden: Sequence[int],
+    out_dim: int,
+    dropout: float,
+    *,
+    generator: torch.Generator | None = None,
 ) -> nn.Sequential:
     """``LayerNorm(in) -> [Linear -> ReLU -> Dropout]* -> Linear(out)``, initialised from ``generator``."""
     layers: list[nn.Module] = [nn.LayerNorm(in_dim)]
@@ -48,7 +53,8 @@ class DecoupledGCN(nn.Module):
         d_s: Structure-feature width.
         hidden_f: Hidden widths of ``f``.
         hidden_s: Hidden widths of ``g``.
-        dropout: Dropout after every hidden layer.
+        dropout: Dropout after every hidden layer (of ``f``, and of ``g`` unless ``dropout_s`` is given).
+        dropout_s: Dropout of ``g`` (default: ``dropout``).
         generator: Seeded initialisation.
     """
 
@@ -61,13 +67,17 @@ class DecoupledGCN(nn.Module):
         hidden_s: Sequence[int],
         dropout: float,
         *,
+        dropout_s: float | None = None,
         generator: torch.Generator | None = None,
     ) -> None:
         super().__init__()
         self.f = make_mlp(num_features, hidden_f, num_classes, dropout, generator=generator)
-        self.g = make_mlp(d_s, hidden_s, num_classes, dropout, generator=generator)
+        ds = dropout if dropout_s is None else dropout_s
+        self.g = make_mlp(d_s, hidden_s, num_classes, ds, generator=generator)
 
-    def forward(self, x: torch.Tensor, aloc: torch.Tensor, abar: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, aloc: torch.Tensor, abar: torch.Tensor, s: torch.Tensor
+    ) -> torch.Tensor:
         return aloc @ self.f(x) + abar @ self.g(s)
 
 

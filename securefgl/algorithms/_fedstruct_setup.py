@@ -147,7 +147,9 @@ class StructureView:
         Raises:
             PartitionError: the client has no cross-edge information.
         """
-        missing = [k for k in ("fs_cross_src", "fs_cross_dst", "fs_cross_owner", "fs_num_global") if k not in data]
+        missing = [
+            k for k in ("fs_cross_src", "fs_cross_dst", "fs_cross_owner", "fs_num_global") if k not in data
+        ]
         if missing:
             raise PartitionError(
                 f"client {cid} has no cross-client edge information ({missing} missing); FedStruct needs it: "
@@ -186,7 +188,9 @@ class StructureView:
         """Other clients with at least one edge into this client."""
         return sorted(int(x) for x in torch.unique(self.cross_owner).tolist())
 
-    def contribution(self, receiver: int, n_receiver: int, owner: torch.Tensor, prev: torch.Tensor) -> torch.Tensor:
+    def contribution(
+        self, receiver: int, n_receiver: int, owner: torch.Tensor, prev: torch.Tensor
+    ) -> torch.Tensor:
         r"""``(n_r, n)``: :math:`B_{rk} = \tilde A_{rk} P^{(l-1)}_{[k]}` for receiver ``r`` (this client is ``k``).
 
         Args:
@@ -256,7 +260,9 @@ class SetupCost:
         }
 
 
-def estimate_setup_cost(sizes: Sequence[int], n: int, num_hops: int, *, bytes_per_value: int = 8) -> dict[str, int]:
+def estimate_setup_cost(
+    sizes: Sequence[int], n: int, num_hops: int, *, bytes_per_value: int = 8
+) -> dict[str, int]:
     """Dense setup cost estimate: per-client upload, total traffic and peak memory of one receiver step.
 
     Every client sends one dense ``n_i x n`` block to every receiver ``i`` per hop ``l = 2..L_s`` (masks
@@ -335,7 +341,9 @@ def private_abar(
     k = len(views)
     n = views[0].n
     sizes = [v.num_nodes for v in views]
-    check_setup_budget(sizes, n, num_hops, max_bytes=max_bytes, max_memory=max_memory, pruned=prune_p is not None)
+    check_setup_budget(
+        sizes, n, num_hops, max_bytes=max_bytes, max_memory=max_memory, pruned=prune_p is not None
+    )
     betas = _betas(num_hops, beta)
     owner = torch.full((n,), -1, dtype=torch.long)
     for v in views:
@@ -353,7 +361,9 @@ def private_abar(
             if protocol is None:
                 total = torch.stack(list(contribs.values())).sum(0)
             else:
-                schema = setup_schema(sizes[i], n, max_clients=k, bound=float(bound or n), precision=precision)
+                schema = setup_schema(
+                    sizes[i], n, max_clients=k, bound=float(bound or n), precision=precision
+                )
                 sums, tr = protocol.aggregate(
                     schema, {c: {"B": b} for c, b in contribs.items()}, round_index=rnd, recipient=i
                 )
@@ -387,11 +397,15 @@ def warn_single_contributor(views: Sequence[StructureView]) -> None:
             )
 
 
-def local_abar(edge_index: torch.Tensor, num_nodes: int, num_hops: int, beta: Sequence[float] | None = None) -> torch.Tensor:
+def local_abar(
+    edge_index: torch.Tensor, num_nodes: int, num_hops: int, beta: Sequence[float] | None = None
+) -> torch.Tensor:
     r"""``(n_i, n_i)``: :math:`\bar A^{(i)} = \sum_l \beta_l (\hat A^{(i)})^l` of the local graph (local degrees)."""
     betas = _betas(num_hops, beta)
     a = torch.eye(num_nodes, dtype=torch.float64)
-    a.index_put_((edge_index[0], edge_index[1]), torch.ones(edge_index.shape[1], dtype=torch.float64), accumulate=True)
+    a.index_put_(
+        (edge_index[0], edge_index[1]), torch.ones(edge_index.shape[1], dtype=torch.float64), accumulate=True
+    )
     a_hat = a / a.sum(1, keepdim=True)
     out = torch.zeros_like(a_hat)
     p = torch.eye(num_nodes, dtype=torch.float64)
@@ -401,7 +415,9 @@ def local_abar(edge_index: torch.Tensor, num_nodes: int, num_hops: int, beta: Se
     return out
 
 
-def central_abar(edge_index: torch.Tensor, num_nodes: int, num_hops: int, beta: Sequence[float] | None = None) -> torch.Tensor:
+def central_abar(
+    edge_index: torch.Tensor, num_nodes: int, num_hops: int, beta: Sequence[float] | None = None
+) -> torch.Tensor:
     r"""``(n, n)`` reference :math:`\bar A` of the global graph, computed centrally (tests, benchmarks)."""
     return local_abar(edge_index, num_nodes, num_hops, beta)
 

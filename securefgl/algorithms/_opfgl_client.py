@@ -58,7 +58,8 @@ def gcn_operator(
         \hat A = D^{-1/2} A D^{-1/2} \quad (\texttt{self\_loops=False}).
 
     Existing self loops are dropped before the identity is added; a node of degree zero gets a zero
-    row (no ``inf``).
+    row (no ``inf``). As in PyG's ``gcn_norm``, edge ``(s, t)`` is the entry ``[t, s]`` and degrees are
+    weighted in-degrees (the same thing for an undirected graph with symmetric weights).
 
     Args:
         edge_index: ``(2, E)`` edges (both directions for an undirected graph).
@@ -70,7 +71,8 @@ def gcn_operator(
         edge_index ``(2, E)`` -> sparse ``(N, N)``.
     """
     _check_edge_index(edge_index, num_nodes)
-    row, col = edge_index[0], edge_index[1]
+    # PyG convention (flow source -> target): edge (s, t) is entry [t, s]; degrees are in-degrees.
+    row, col = edge_index[1], edge_index[0]
     weight = (
         torch.ones(row.numel(), dtype=torch.float32, device=edge_index.device)
         if edge_weight is None

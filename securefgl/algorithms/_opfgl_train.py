@@ -154,20 +154,21 @@ class LocalGraph:
         self.edge_index = edge_index
         self.edge_weight = edge_weight
         self._threshold = sparse_threshold
-        self._ops: tuple[Tensor, Tensor | None, Tensor | None] | None = None
+        self._ops: tuple[Tensor, Tensor, Tensor | None, Tensor | None] | None = None
 
-    def _operators(self) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    def _operators(self) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
         if self._ops is None:
             from securefgl.algorithms._opfgl_client import gcn_operator
 
-            adj = gcn_operator(self.edge_index, self.x.size(0), edge_weight=self.edge_weight).to_sparse_csr()
+            op = gcn_operator(self.edge_index, self.x.size(0), edge_weight=self.edge_weight)
+            adj, adj_t = op.to_sparse_csr(), op.t().coalesce().to_sparse_csr()
             density = float((self.x != 0).sum()) / max(1, self.x.numel())
             if density <= self._threshold and self.x.device.type == "cpu":
                 xs = self.x.to_sparse_csr()
                 xt = self.x.t().contiguous().to_sparse_csr()
-                self._ops = (adj, xs, xt)
+                self._ops = (adj, adj_t, xs, xt)
             else:
-                self._ops = (adj, None, None)
+                self._ops = (adj, adj_t, None, None)
         return self._ops
 
     @staticmethod
@@ -182,7 +183,7 @@ class LocalGraph:
         """``model``'s class scores on this graph."""
         if not self._fast_gcn(model):
             return forward(model, self.x, self.edge_index, self.edge_weight)
-        adj, xs, xt = self._operators()
+        adj, adj_t, xs, xt = self._operators()
         h = self.x
         for i, conv in enumerate(model.convs):
             weight = conv.lin.weight
@@ -190,7 +191,7 @@ class LocalGraph:
                 h = _FixedSparseMM.apply(weight.t(), xs, xt)
             else:
                 h = h @ weight.t()
-            h = _FixedSparseMM.apply(h, adj, adj) + conv.bias  # Ã is symmetric
+            h = _FixedSparseMM.apply(h, adj, adj_t) + conv.bias
             if i < len(model.convs) - 1:
                 h = h.relu()
         return h

@@ -97,7 +97,6 @@ designated-recipient sums) are declared with ``SumRequest(recipient=i)``: the en
 from __future__ import annotations
 
 import dataclasses
-from abc import ABC
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
@@ -320,7 +319,7 @@ class _NoOptions:
     """An algorithm without options."""
 
 
-class Algorithm(ABC):
+class Algorithm:
     """Base class of every federated algorithm; see the module docstring for the contract.
 
     Subclasses set ``name`` and, if they take options, ``Options`` (a frozen dataclass whose
@@ -393,7 +392,7 @@ class Algorithm(ABC):
 
     # ------------------------------------------------------------------ client side ----------------------
 
-    def init_client(self, client: Client) -> None:  # noqa: B027 - optional hook
+    def init_client(self, client: Client) -> None:
         """Fill ``client.state`` once, before the first phase (default: nothing)."""
 
     def requests(self, rs: RoundState) -> Sequence[SumRequest]:
@@ -422,7 +421,7 @@ class Algorithm(ABC):
         """
         return {c.id: self.client_step(c, rs) for c in clients}
 
-    def personalize(self, client: Client, broadcast: Broadcast, phase: Phase) -> None:  # noqa: B027
+    def personalize(self, client: Client, broadcast: Broadcast, phase: Phase) -> None:
         """A ``local`` phase for one client: local-only work that updates ``client.state``."""
 
     def personalize_clients(self, clients: Sequence[Client], broadcast: Broadcast, phase: Phase) -> None:

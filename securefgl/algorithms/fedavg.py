@@ -152,6 +152,7 @@ class FedAvg(Algorithm):
             self.setting.train.local_epochs,
             glob if self.prox_mu() > 0 else None,
             f"{self.name}.train",
+            batch_order=True,
         )
         by_id = {c.id: c for c in clients}
         order = [by_id[i] for i in res.ids]  # rows of the stacked result
@@ -167,6 +168,10 @@ class FedAvg(Algorithm):
         for i, c in enumerate(order):
             c.record_loss(res.losses[i])
             out[c.id]["n"] = torch.tensor([counts[i]], dtype=torch.int64)
+        for cid in res.skipped:  # no train node: nothing learnt, weight 0 (or 1 x the broadcast if uniform)
+            w = 1 if self.options.weighting == "uniform" else 0
+            out[cid] = {f"w.{n}": v.clamp(-bound, bound) * w for n, v in glob.items()}
+            out[cid]["n"] = torch.tensor([w], dtype=torch.int64)
         return out
 
     def personalize_clients(self, clients: Sequence[Client], broadcast: Broadcast, phase: Phase) -> None:

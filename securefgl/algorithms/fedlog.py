@@ -54,7 +54,10 @@ Args:
     hidden: Embedder hidden width. (default: ``128``)
     out_dim: Embedding width. (default: ``64``)
     dropout: Embedder dropout. (default: ``0.5``)
-    classifier_mode: ``"paper"`` (Eqs. 8-10) or ``"released"`` (the official code's no-op refinement).
+    classifier_mode: ``"paper"`` (Eqs. 8-10, per-query mean over all :math:`Cm` prototypes; costs
+        :math:`O(N C m D^2)` per forward, so training refines only the mini-batch rows) or ``"released"`` (the
+        official code's behaviour: :math:`\tilde h = \mathrm{LN}(h)`, which the spec says likely produced the
+        published numbers). (default: ``"paper"``)
     prompt_mode: ``"paper"`` (pretrained :math:`\psi_k` -> secure :math:`\psi_c`, eval mode) or ``"none"``
         (the w/o-PG ablation). (default: ``"paper"``)
     prompt_epochs: Prompt-generator pretraining epochs. (default: ``100``)
@@ -90,7 +93,6 @@ from securefgl.algorithms.base import (
     Algorithm,
     Broadcast,
     Client,
-    CompatibilityProblem,
     Phase,
     RoundState,
     SumRequest,
@@ -178,21 +180,6 @@ class FedLoG(Algorithm):
                 raise ConfigError(
                     f"algorithm.options.weighting={self.weighting!r}; valid: 'uniform', 'train'"
                 )
-
-    @classmethod
-    def compatibility(
-        cls, *, protocol: str, model: str, dataset: str, options: Any, num_clients: int | None
-    ) -> list[CompatibilityProblem]:
-        problems = []
-        if protocol.startswith("ckks"):
-            problems.append(
-                CompatibilityProblem(
-                    "fedlog's row-wise class release (counted_by) is tested with the masking protocols only",
-                    "use protocol 'secagg', 'secagg+' or 'plaintext'",
-                    False,
-                )
-            )
-        return problems
 
     # ------------------------------------------------------------------ helpers ---------------------------
 
@@ -404,6 +391,7 @@ class FedLoG(Algorithm):
                 st["perm_gen"],
                 o.hidden,
                 o.out_dim,
+                client.generator,
             )
             rho = st["rho"].float().to(dev)
             psi_contrib = {
@@ -415,12 +403,26 @@ class FedLoG(Algorithm):
             psi_contrib["psi.holders"] = (st["rho"] > 0).long()
 
         loss = local_epoch(
-            net, st["xh"], st["xt"], st["lam"], client.data, o, c, st["perm_gen"], syn, psi_c, st["alpha"]
+            net,
+            st["xh"],
+            st["xt"],
+            st["lam"],
+            client.data,
+            o,
+            c,
+            st["perm_gen"],
+            syn,
+            psi_c,
+            st["alpha"],
+            client.generator,
         )
         if loss == loss:  # not NaN: a client without training nodes reports no loss
             client.record_loss(loss)
 
-        correct, count, nc_acc, nc_models = eval_counters(net, st["xh"], st["xt"], client.data, c, o.tau)
+        st["scores"] = predict(net, st["xh"], st["xt"], client.data.x, client.data.edge_index, c, o.tau)
+        correct, count, nc_acc, nc_models = eval_counters(
+            net, st["xh"], st["xt"], client.data, c, o.tau, own=st["scores"]
+        )
         wk = 1 if o.weighting == "uniform" else client.num_train
         rho = st["rho"].float().to(dev)
         xh = st["xh"].detach().clamp(-o.x_bound, o.x_bound).view(c, m, -1)
@@ -454,6 +456,9 @@ class FedLoG(Algorithm):
         out = {}
         for cl in clients:
             st = cl.state
+            if st.get("scores") is not None:  # the local model has not changed since its client step
+                out[cl.id] = st["scores"]
+                continue
             out[cl.id] = predict(
                 st["net"],
                 st["xh"],

@@ -34,6 +34,11 @@ Args:
     d_s: Structure-feature width. (default: ``256``)
     hidden_f / hidden_s: Hidden widths of ``f`` and ``g``. (default: ``(64,)``, ``(256,)``)
     dropout: Dropout in ``f`` and ``g``. (default: ``0.7``)
+    dropout_s: Dropout in ``g`` only, ``None`` for ``dropout``. (default: ``None``)
+    u_form: Upload :math:`U_i = \bar A_{[i]}^\top \partial L_i / \partial Z_i` (``n x C``) instead of the
+        gradients of :math:`\theta_s` and ``S`` (spec §3.1 S7): the server back-propagates the summed
+        :math:`U` through :math:`g_{\theta_s}(S)`, which it holds. Exact only without dropout in ``g``, so it
+        requires ``dropout_s = 0``. (default: ``False``)
     h2v_std: Std of the Hop2Vec initialisation. (default: ``0.05``)
     prune_p: Keep the top ``p n_i`` entries of each aggregated power (``None``: dense). (default: ``None``)
     grad_bound: Public clip bound of each gradient element of a client's summed loss. (default: ``1e4``)
@@ -96,6 +101,8 @@ class FedStruct(Algorithm):
         hidden_f: tuple[int, ...] = (64,)
         hidden_s: tuple[int, ...] = (256,)
         dropout: float = 0.7
+        dropout_s: float | None = None
+        u_form: bool = False
         h2v_std: float = 0.05
         prune_p: int | None = None
         grad_bound: float = 1e4
@@ -113,10 +120,23 @@ class FedStruct(Algorithm):
                 raise ConfigError(
                     f"algorithm.options.beta needs num_hops_s={self.num_hops_s} entries, got {list(self.beta)}"
                 )
-            if self.d_s < 1 or not 0.0 <= self.dropout < 1.0 or not self.h2v_std > 0 or not self.grad_bound > 0:
+            if (
+                self.d_s < 1
+                or not 0.0 <= self.dropout < 1.0
+                or not self.h2v_std > 0
+                or not self.grad_bound > 0
+            ):
                 raise ConfigError(
                     f"algorithm.options: need d_s >= 1, dropout in [0, 1), h2v_std > 0, grad_bound > 0; got "
                     f"d_s={self.d_s}, dropout={self.dropout}, h2v_std={self.h2v_std}, grad_bound={self.grad_bound}"
+                )
+            ds = self.dropout if self.dropout_s is None else self.dropout_s
+            if not 0.0 <= ds < 1.0:
+                raise ConfigError(f"algorithm.options.dropout_s must be in [0, 1), got {self.dropout_s}")
+            if self.u_form and ds != 0.0:
+                raise ConfigError(
+                    f"algorithm.options.u_form needs no dropout in g (the server recomputes g(S)); got "
+                    f"dropout_s={ds}: set dropout_s=0 or u_form=false"
                 )
             if self.prune_p is not None and self.prune_p < 1:
                 raise ConfigError(f"algorithm.options.prune_p must be >= 1 or None, got {self.prune_p}")
@@ -149,6 +169,7 @@ class FedStruct(Algorithm):
             o.hidden_f,
             o.hidden_s,
             o.dropout,
+            dropout_s=o.dropout_s,
             generator=generator,
         )
 
@@ -160,7 +181,10 @@ class FedStruct(Algorithm):
         if self.options.nsf == "h2v":
             # Hop2Vec rows are random noise: drawing them at the server is equivalent to each owner drawing
             # its rows and broadcasting them (Alg. 5), and reveals nothing.
-            params["S"] = torch.randn(self.setting.num_nodes, self.options.d_s, generator=generator) * self.options.h2v_std
+            params["S"] = (
+                torch.randn(self.setting.num_nodes, self.options.d_s, generator=generator)
+                * self.options.h2v_std
+            )
         for p in params.values():
             p.requires_grad_(True)
         opt = torch.optim.Adam(
@@ -188,10 +212,18 @@ class FedStruct(Algorithm):
         blocks = [
             BlockSpec(f"g.{name}", tuple(v.shape), bound=self.options.grad_bound)
             for name, v in rs.broadcast.items()
-            if name.startswith("theta.") or name == "S"
+            if self._uploads(name)
         ]
+        if self.options.u_form:
+            blocks.append(BlockSpec("U", (n, self.setting.num_classes), bound=self.options.grad_bound))
         blocks.append(BlockSpec("count", (1,), kind="count", bound=self.setting.count_bound))
         return (SumRequest("main", SumSchema(blocks, max_clients=k, precision=2.0**-24)),)
+
+    def _uploads(self, name: str) -> bool:
+        """Whether the gradient of broadcast tensor ``name`` is uploaded directly (else via ``U``)."""
+        if self.options.u_form:
+            return name.startswith("theta.f.")
+        return name.startswith("theta.") or (name == "S" and self.options.nsf == "h2v")
 
     def server_step(self, server: dict[str, Any], sums: Sums, rs: RoundState) -> Broadcast:
         if rs.phase == "directory":
@@ -205,10 +237,21 @@ class FedStruct(Algorithm):
         if count <= 0:
             return self._broadcast(server)
         grads = {}
-        for name, p in server["params"].items():
-            g = sums[f"g.{name}"].to(p.dtype) / count
-            p.grad = g
-            grads[name] = g
+        params = server["params"]
+        for name, p in params.items():
+            if self._uploads(name):
+                grads[name] = sums[f"g.{name}"].to(p.dtype) / count
+        if self.options.u_form:
+            # dL/dG = U / |V~| with G = g(S): back-propagate through g at the server (spec §3.1, S7)
+            model = self._model()
+            inner = {k[len("theta.g.") :]: v for k, v in params.items() if k.startswith("theta.g.")}
+            s = params["S"] if "S" in params else server["public"]["S"]
+            g_out = functional_call(model.g, inner, (s,))
+            names = [k for k in params if k.startswith("theta.g.") or k == "S"]
+            vjp = torch.autograd.grad(g_out, [params[k] for k in names], sums["U"].to(g_out.dtype) / count)
+            grads.update(dict(zip(names, vjp, strict=True)))
+        for name, p in params.items():
+            p.grad = grads[name]
         server["last_grad"] = grads
         server["opt"].step()
         server["opt"].zero_grad(set_to_none=True)
@@ -299,7 +342,9 @@ class FedStruct(Algorithm):
             return out
         return {c.id: self._train_step(c, rs) for c in clients}
 
-    def _forward(self, client: Client, broadcast: Broadcast, params: dict[str, torch.Tensor], model: DecoupledGCN):
+    def _forward(
+        self, client: Client, broadcast: Broadcast, params: dict[str, torch.Tensor], model: DecoupledGCN
+    ):
         st = client.state["fedstruct"]
         s = params["S"] if "S" in params else broadcast["S"].to(client.device)
         theta = {k[len("theta.") :]: v for k, v in params.items() if k.startswith("theta.")}
@@ -307,34 +352,54 @@ class FedStruct(Algorithm):
 
     def _train_step(self, client: Client, rs: RoundState) -> dict[str, torch.Tensor]:
         self._finalize(client)
+        st = client.state["fedstruct"]
         model = self._model().to(client.device).train()
         params = {
-            k: v.detach().to(client.device).clone().requires_grad_(True)
+            k: v.detach().to(client.device).clone().requires_grad_(self._uploads(k))
             for k, v in rs.broadcast.items()
             if k.startswith("theta.") or (k == "S" and self.options.nsf == "h2v")
         }
         devices = [] if client.device.type != "cuda" else [client.device]
         with torch.random.fork_rng(devices=devices):
             torch.manual_seed(int(torch.randint(0, 2**62, (1,), generator=client.generator)))
-            logits = self._forward(client, rs.broadcast, params, model)
+            if self.options.u_form:
+                theta = {k[len("theta.") :]: v for k, v in params.items() if k.startswith("theta.")}
+                s = params["S"] if "S" in params else rs.broadcast["S"].to(client.device)
+                with torch.no_grad():
+                    g_out = functional_call(
+                        model.g, {k[2:]: v for k, v in theta.items() if k.startswith("g.")}, (s,)
+                    )
+                leaf = g_out.detach().requires_grad_(True)
+                f_out = functional_call(
+                    model.f, {k[2:]: v for k, v in theta.items() if k.startswith("f.")}, (client.data.x,)
+                )
+                logits = st["aloc"] @ f_out + st["abar"] @ leaf
+            else:
+                logits = self._forward(client, rs.broadcast, params, model)
         mask = client.data.train_mask
         loss = F.cross_entropy(logits[mask], client.data.y[mask], reduction="sum")
-        names = list(params)
+        names = [k for k in params if self._uploads(k)]
+        wrt = [params[k] for k in names] + ([leaf] if self.options.u_form else [])
         if int(mask.sum()) > 0:
-            grads = torch.autograd.grad(loss, [params[k] for k in names], allow_unused=True)
+            grads = list(torch.autograd.grad(loss, wrt, allow_unused=True))
         else:
-            grads = [None] * len(names)
-        client.record_loss(float(loss) / max(int(mask.sum()), 1))
+            grads = [None] * len(wrt)
+        client.record_loss(float(loss.detach()) / max(int(mask.sum()), 1))
         out = {
             f"g.{k}": (torch.zeros_like(params[k]) if g is None else g).detach().cpu()
-            for k, g in zip(names, grads, strict=True)
+            for k, g in zip(names, grads, strict=False)
         }
+        if self.options.u_form:
+            u = grads[-1]
+            out["U"] = (torch.zeros_like(leaf) if u is None else u).detach().cpu()
         out["count"] = torch.tensor([int(mask.sum())], dtype=torch.int64)
         return out
 
     # ------------------------------------------------------------------ evaluation -----------------------
 
-    def evaluate(self, clients: Sequence[Client], broadcast: Broadcast, rs: RoundState) -> dict[int, torch.Tensor]:
+    def evaluate(
+        self, clients: Sequence[Client], broadcast: Broadcast, rs: RoundState
+    ) -> dict[int, torch.Tensor]:
         out = {}
         for c in clients:
             self._drain(c)

@@ -100,6 +100,8 @@ class OPFGLOptions:
         lp_iters: Label-propagation steps ``T``. (default: ``2``)
         lp_alpha: Label-propagation ``α_LP``. (default: ``0.9``)
         top_k: HRE ``K`` (classes with the largest accumulated homophily); ``0`` turns HRE off. (default: ``1``)
+        client_top_k: Per-client ``K`` overrides, one per client id (cycled); empty: ``top_k`` for all.
+            (default: ``()``)
         confidence_threshold: HRE ``f_th`` on the normalised LP score. (default: ``0.95``)
         degree_threshold: HRE ``d_th``; ``0`` turns criterion C1 off. (default: ``0``)
         min_count: A client uploads a class only if ``N_k^c >= min_count`` (after HRE). (default: ``2``)
@@ -107,6 +109,8 @@ class OPFGLOptions:
             (default: ``8.0``)
         min_class_contributors: Release rule: a class row is withheld unless at least this many clients
             contributed it (``1`` releases single-client statistics, which are then flagged). (default: ``2``)
+        min_class_count: Server-side threshold: a released class with fewer than this many nodes in total
+            (``A^c``) is skipped like a withheld one (spec §3 "small classes"); 0 keeps all. (default: ``0``)
         precision: Fixed-point step of the real blocks (secure protocols). (default: ``2**-24``)
         variance_denominator: ``"contributors"`` (``A - M``, paper/code) or ``"unbiased"`` (``A - 1``).
         nodes_per_class: Pseudo nodes per class ``n'_c`` (``ipc``). (default: ``1``)
@@ -141,11 +145,13 @@ class OPFGLOptions:
     lp_iters: int = 2
     lp_alpha: float = 0.9
     top_k: int = 1
+    client_top_k: tuple[int, ...] = ()
     confidence_threshold: float = 0.95
     degree_threshold: float = 0.0
     min_count: int = 2
     feature_bound: float = 8.0
     min_class_contributors: int = 2
+    min_class_count: int = 0
     precision: float = 2.0**-24
     variance_denominator: Literal["contributors", "unbiased"] = "contributors"
     nodes_per_class: int = 1
@@ -195,6 +201,10 @@ class OPFGLOptions:
             raise ConfigError(f"feature_bound must be positive and finite, got {self.feature_bound}")
         if self.min_class_contributors < 1:
             raise ConfigError(f"min_class_contributors must be >= 1, got {self.min_class_contributors}")
+        if self.min_class_count < 0:
+            raise ConfigError(f"min_class_count must be >= 0, got {self.min_class_count}")
+        if any(k < 0 for k in self.client_top_k):
+            raise ConfigError(f"client_top_k entries must be >= 0, got {list(self.client_top_k)}")
         if not self.precision > 0:
             raise ConfigError(f"precision must be > 0, got {self.precision}")
         if self.beta < 0:
@@ -203,8 +213,11 @@ class OPFGLOptions:
             raise ConfigError(f"gamma_min ({self.gamma_min}) must not exceed gamma_max ({self.gamma_max})")
         if self.model_dropout is not None and not 0.0 <= self.model_dropout < 1.0:
             raise ConfigError(f"model_dropout must be in [0, 1) or None, got {self.model_dropout}")
-        for entry in self.client_models:
-            parse_model_entry(entry)
+        if self.client_models:
+            from securefgl.nn.registry import ModelSpec
+
+            for entry in self.client_models:
+                ModelSpec(**parse_model_entry(entry))  # unknown names list the valid models
         # Validates the generator settings (ranges, choices).
         self.pseudo_graph_config()
         self.stage_config(1)
@@ -397,7 +410,10 @@ class OPFGL(Algorithm):
             hops=o.hops,
             lp_iters=o.lp_iters,
             lp_alpha=o.lp_alpha,
-            top_k=min(o.top_k, self.setting.num_classes),
+            top_k=min(
+                o.client_top_k[client.id % len(o.client_top_k)] if o.client_top_k else o.top_k,
+                self.setting.num_classes,
+            ),
             degree_threshold=o.degree_threshold,
             confidence_threshold=o.confidence_threshold,
             min_count=o.min_count,
@@ -426,12 +442,17 @@ class OPFGL(Algorithm):
             "model_seed": torch.tensor([server["model_seed"]], dtype=torch.int64),
         }
 
+    def _small_classes(self, sums: Any) -> torch.Tensor:
+        """Released classes below the server-side ``min_class_count`` (public: from the summed counts)."""
+        count = torch.nan_to_num(sums["count"].to(torch.float64), nan=0.0)
+        return (count > 0) & (count < self.options.min_class_count)
+
     def _moments(self, sums: Any) -> ClassMoments:
-        withheld = None
+        withheld = self._small_classes(sums)
         for name in ("count", "sum", "sumsq", "orig"):
             rows = sums.withheld_rows(name)
             if rows is not None:
-                withheld = rows if withheld is None else (withheld | rows)
+                withheld = withheld | rows.bool()
         return moments_from_sums(
             sums["count"],
             sums["sum"],
@@ -448,6 +469,7 @@ class OPFGL(Algorithm):
         report = {
             "released_classes": moments.released_classes,
             "withheld_classes": list(moments.withheld),
+            "below_min_count_classes": [int(c) for c in torch.nonzero(self._small_classes(sums)).flatten()],
             "absent_classes": list(moments.absent),
             "single_contributor_classes": list(moments.single_contributor),
             "degenerate_variance_classes": list(moments.degenerate),

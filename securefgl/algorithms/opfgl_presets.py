@@ -23,7 +23,7 @@ from typing import Any
 
 from securefgl.errors import ConfigError
 
-__all__ = ["OPFGL_PAPER", "available_presets", "preset_config", "preset_cases"]
+__all__ = ["OPFGL_PAPER", "PAPER_HETERO_MODELS", "available_presets", "preset_config", "preset_cases"]
 
 #: Shared by every ``opfgl-paper`` run (spec §4.3 header line and §1.2).
 _COMMON_OPTIONS: dict[str, Any] = {
@@ -127,6 +127,22 @@ OPFGL_PAPER: dict[tuple[str, str], dict[str, Any]] = {
 }
 
 _PRESETS = {"opfgl-paper": OPFGL_PAPER}
+
+#: The paper's heterogeneous-model setting (spec §2.12, Tables 3/11), one entry per client, as
+#: ``algorithm.options.client_models``. ``appnp`` and ``ssgc`` need those model families in
+#: :mod:`securefgl.nn` (not there yet: the option is refused with the list of valid models until they are).
+PAPER_HETERO_MODELS: tuple[str, ...] = (
+    "ssgc:K=2,layers=2,hidden=64",
+    "gcn:layers=2,hidden=64",
+    "gcn:layers=2,hidden=128",
+    "gcn:layers=2,hidden=256",
+    "gcn:layers=2,hidden=512",
+    "sgc:K=2",
+    "gcn:layers=3,hidden=64",
+    "gcn:layers=3,hidden=512",
+    "appnp:K=2,alpha=0.1,layers=2,hidden=64",
+    "sgc:K=4",
+)
 
 
 def available_presets() -> list[str]:

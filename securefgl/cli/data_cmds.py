@@ -17,6 +17,7 @@ from rich.table import Table
 
 from securefgl.cli import app
 from securefgl.config import DataConfig, build, load_mapping, merge, parse_overrides, save_config, to_dict
+from securefgl.data.partition import partition_methods
 from securefgl.errors import ConfigError, SecureFGLError
 
 __all__ = ["datasets_command", "partition_command"]
@@ -231,8 +232,7 @@ def partition_command(
         typer.Option(
             "--method",
             "-m",
-            help="random, metis, louvain, louvain+, metis+, dirichlet, structure-noniid, fedlog, kmeans "
-            "(default louvain).",
+            help=f"Partition method: {', '.join(partition_methods())} (default louvain).",
         ),
     ] = None,
     clients: Annotated[
@@ -247,7 +247,7 @@ def partition_command(
     ] = None,
     root: Annotated[str | None, typer.Option("--root", help="Data root (default: $SECUREFGL_DATA).")] = None,
     config: Annotated[
-        Path | None, typer.Option("--config", help="TOML/YAML/JSON file with [dataset], [partition].")
+        Path | None, typer.Option("--config", help="TOML/YAML/JSON file with dataset and partition sections.")
     ] = None,
     set_: Annotated[
         list[str] | None, typer.Option("--set", help="Config override section.key=value (repeatable).")

@@ -95,25 +95,33 @@ def run_command(
     algorithm: Annotated[
         str | None, typer.Option(help=f"Algorithm: {_names('algorithm')}. (default: fedavg)")
     ] = None,
-    dataset: Annotated[str | None, typer.Option(help=f"Dataset: {_names('dataset')}. (default: csbm)")] = None,
+    dataset: Annotated[
+        str | None, typer.Option(help=f"Dataset: {_names('dataset')}. (default: csbm)")
+    ] = None,
     partition: Annotated[
         str | None, typer.Option(help=f"Partition method: {_names('partition')}. (default: louvain)")
     ] = None,
     clients: Annotated[int | None, typer.Option(help="Number of clients K. (default: 10)")] = None,
     rounds: Annotated[int | None, typer.Option(help="Communication rounds. (default: 50)")] = None,
-    local_epochs: Annotated[int | None, typer.Option("--local-epochs", help="Local epochs per round. (default: 3)")] = None,
+    local_epochs: Annotated[
+        int | None, typer.Option("--local-epochs", help="Local epochs per round. (default: 3)")
+    ] = None,
     lr: Annotated[float | None, typer.Option(help="Learning rate. (default: 0.01)")] = None,
     client_fraction: Annotated[
         float | None, typer.Option("--client-fraction", help="Fraction of clients per round. (default: 1.0)")
     ] = None,
-    seeds: Annotated[str | None, typer.Option(help="Comma-separated training seeds, e.g. 0,1,2. (default: 0)")] = None,
+    seeds: Annotated[
+        str | None, typer.Option(help="Comma-separated training seeds, e.g. 0,1,2. (default: 0)")
+    ] = None,
     config: Annotated[
         Path | None, typer.Option("--config", help="Run config file (TOML/YAML/JSON); options override it.")
     ] = None,
     device: Annotated[str | None, typer.Option(help="auto, cpu, cuda or cuda:<i>. (default: auto)")] = None,
     dropout: Annotated[
         float | None,
-        typer.Option(help="Fraction of each round's clients that drop out at a random protocol phase. (default: 0)"),
+        typer.Option(
+            help="Fraction of each round's clients that drop out at a random protocol phase. (default: 0)"
+        ),
     ] = None,
     model: Annotated[str | None, typer.Option(help=f"Model: {_names('model')}. (default: gcn)")] = None,
     hidden: Annotated[int | None, typer.Option(help="Hidden width. (default: 64)")] = None,
@@ -121,15 +129,22 @@ def run_command(
         str | None, typer.Option(help="Node split: 'public' or train,val,test ratios like 0.2,0.4,0.4.")
     ] = None,
     output: Annotated[
-        Path | None, typer.Option(help="Results folder. (default: ./results/<time>-<algorithm>-<protocol>-<dataset>)")
+        Path | None,
+        typer.Option(help="Results folder. (default: ./results/<time>-<algorithm>-<protocol>-<dataset>)"),
     ] = None,
     no_save: Annotated[bool, typer.Option("--no-save", help="Do not write a results folder.")] = False,
     set_: Annotated[
         list[str] | None,
-        typer.Option("--set", help="Any other setting as section.key=value (repeatable), e.g. train.patience=10."),
+        typer.Option(
+            "--set", help="Any other setting as section.key=value (repeatable), e.g. train.patience=10."
+        ),
     ] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar or table; one summary line.")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout (for pipelines).")] = False,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="No progress bar or table; one summary line.")
+    ] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the result as JSON on stdout (for pipelines).")
+    ] = False,
 ) -> None:
     """Train an algorithm where the server only sees sums, and report accuracy, F1, bytes and time.
 
@@ -139,7 +154,9 @@ def run_command(
         _run(locals())
     except SecureFGLError as exc:
         if as_json:
-            typer.echo(json.dumps({"error": str(exc), "type": type(exc).__name__, "exit_code": exc.exit_code}))
+            typer.echo(
+                json.dumps({"error": str(exc), "type": type(exc).__name__, "exit_code": exc.exit_code})
+            )
             raise typer.Exit(exc.exit_code) from None
         raise
 
@@ -153,7 +170,9 @@ def _run(opts: dict[str, Any]) -> None:
         try:
             split = [float(v) for v in split.split(",")]
         except ValueError:
-            raise ConfigError(f"--split must be 'public' or three ratios like 0.2,0.4,0.4, got {split!r}") from None
+            raise ConfigError(
+                f"--split must be 'public' or three ratios like 0.2,0.4,0.4, got {split!r}"
+            ) from None
     overrides = _build_overrides(
         protocol=opts["protocol"],
         dropout=opts["dropout"],
@@ -299,7 +318,9 @@ def _print_table(result: Any) -> None:
     def pct(v: float) -> str:
         return "-" if math.isnan(v) else f"{100 * v:.2f}"
 
-    table = Table(title=f"Per-client test results (mean over {len(seeds)} seed{'s' if len(seeds) > 1 else ''})")
+    table = Table(
+        title=f"Per-client test results (mean over {len(seeds)} seed{'s' if len(seeds) > 1 else ''})"
+    )
     for col in ("client", "nodes", "test nodes", "acc %", "macro-F1 %", "minority acc %", "up", "down"):
         table.add_column(col, justify="right")
     for cid in sorted(per):
@@ -326,7 +347,11 @@ def _print_table(result: Any) -> None:
         m, s = summ[key]["mean"], summ[key]["std"]
         if math.isnan(m):
             return "-"
-        return (fmt.format(scale * m) + " ± " + fmt.format(scale * s)) if len(seeds) > 1 else fmt.format(scale * m)
+        return (
+            (fmt.format(scale * m) + " ± " + fmt.format(scale * s))
+            if len(seeds) > 1
+            else fmt.format(scale * m)
+        )
 
     overall = Table(title="Overall (node-weighted over clients; mean ± std over seeds)")
     overall.add_column("metric")
@@ -348,5 +373,7 @@ def _print_table(result: Any) -> None:
     overall.add_row("device", result.device)
     console.print(overall)
     if result.output_dir is not None:
-        console.print(f"results: [bold]{result.output_dir}[/] (config.toml, metrics.json, clients.csv, plot.png)")
+        console.print(
+            f"results: [bold]{result.output_dir}[/] (config.toml, metrics.json, clients.csv, plot.png)"
+        )
     sys.stdout.flush()

@@ -144,7 +144,9 @@ class ProtocolConfig:
 
         name = normalize_protocol_name(self.name)
         if name not in available_protocols():
-            raise ConfigError(f"protocol.name: unknown protocol {self.name!r}; valid: {', '.join(available_protocols())}")
+            raise ConfigError(
+                f"protocol.name: unknown protocol {self.name!r}; valid: {', '.join(available_protocols())}"
+            )
         object.__setattr__(self, "name", name)
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"protocol.dropout must be in [0, 1), got {self.dropout}")

@@ -48,5 +48,7 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
     dev = torch.device(name)
     count = torch.cuda.device_count()
     if dev.index is not None and dev.index >= count:
-        raise ConfigError(f"device {device!r}: CUDA index {dev.index} out of range; {count} device(s) present")
+        raise ConfigError(
+            f"device {device!r}: CUDA index {dev.index} out of range; {count} device(s) present"
+        )
     return dev

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -63,11 +63,14 @@ class TrainedClients:
             clients passed in: see :func:`train_clients`).
         params: ``name -> (K, ...)`` trained parameters (no grad).
         losses: ``(K,)`` training loss of each client in its last epoch (NaN for a client without train nodes).
+        skipped: Clients without train nodes left out of ``params`` (``batch_order`` mode only): their
+            parameters are the initial ones.
     """
 
     ids: list[int]
     params: dict[str, Tensor]
     losses: Tensor
+    skipped: list[int] = field(default_factory=list)
 
     def client(self, i: int) -> dict[str, Tensor]:
         """Client at position ``i``: views into the stacked tensors."""
@@ -87,7 +90,9 @@ class TrainedClients:
         )
 
 
-def make_optimizer(params: Sequence[Tensor], name: str, lr: float, weight_decay: float, momentum: float = 0.0):
+def make_optimizer(
+    params: Sequence[Tensor], name: str, lr: float, weight_decay: float, momentum: float = 0.0
+):
     """The optimiser a client uses (``adam`` or ``sgd``)."""
     if name == "adam":
         return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
@@ -154,8 +159,9 @@ def train_clients(
         stacked: ``init`` is already stacked.
         state_key: Keep each client's optimiser state between calls under this key (in the clients' shared
             workspace); ``None`` starts every call with a fresh optimiser.
-        batch_order: Return the rows in the batch layout's order (largest client first) when every client
-            trained, which avoids one copy of all K models; ``result.ids`` says the order either way.
+        batch_order: Return the rows in the batch layout's order (largest client first) and leave clients
+            without train nodes out (``result.skipped``), which avoids one copy of all K models;
+            ``result.ids`` says the order either way.
 
     Returns:
         Stacked parameters, rows in ``clients`` order (or the batch order, see ``batch_order``); clients
@@ -190,11 +196,10 @@ def train_clients(
         v.requires_grad_(True)
     batch_ids = [clients[i].id for i in perm_list]
     store = _store(clients, state_key) if state_key is not None else None
-    opt = StackedOptimizer(leaves, optimizer, lr, weight_decay, momentum)
+    state = None
     if store is not None:
-        opt = StackedOptimizer(
-            leaves, optimizer, lr, weight_decay, momentum, state=store.gather(batch_ids, leaves, opt.buffer_names())
-        )
+        state = store.gather(batch_ids, leaves, StackedOptimizer.names_for(leaves, optimizer, momentum))
+    opt = StackedOptimizer(leaves, optimizer, lr, weight_decay, momentum, state=state)
     rows = batch.masks["train_mask"].nonzero().squeeze(1)
     owner = batch.row_client[rows]
     target = batch.y[rows]
@@ -220,10 +225,11 @@ def train_clients(
         store.scatter(batch_ids, *opt.state())
     del opt
     losses[perm] = last
-    if len(sub) == k and (batch_order or perm_list == list(range(k))):
-        # Every client trained: hand the stacked leaves back as they are, in batch order (no copy).
+    if batch_order or (len(sub) == k and perm_list == list(range(k))):
+        # Hand the stacked leaves back as they are, in batch order (no copy of the K models).
         ids = [clients[i].id for i in perm_list]
-        return TrainedClients(ids, {n: v.detach() for n, v in leaves.items()}, last.clone())
+        skipped = [c.id for c in clients if c.num_train == 0]
+        return TrainedClients(ids, {n: v.detach() for n, v in leaves.items()}, last.clone(), skipped)
     else:
         result = {}
         for n, v in leaves.items():
@@ -336,7 +342,9 @@ def seed_from(generator: torch.Generator) -> torch.Generator:
 
 
 @torch.no_grad()
-def predict_shared(model: torch.nn.Module, params: Mapping[str, Tensor], clients: Sequence[Client]) -> dict[int, Tensor]:
+def predict_shared(
+    model: torch.nn.Module, params: Mapping[str, Tensor], clients: Sequence[Client]
+) -> dict[int, Tensor]:
     """Class scores of one shared model on every client's graph, in one forward over their union.
 
     The union is disjoint, so this equals one forward per client.
@@ -349,7 +357,9 @@ def predict_shared(model: torch.nn.Module, params: Mapping[str, Tensor], clients
 
 
 @torch.no_grad()
-def predict_stacked(model: torch.nn.Module, params: Mapping[str, Tensor], clients: Sequence[Client]) -> dict[int, Tensor]:
+def predict_stacked(
+    model: torch.nn.Module, params: Mapping[str, Tensor], clients: Sequence[Client]
+) -> dict[int, Tensor]:
     """Class scores of per-client models (stacked ``(K, ...)`` in ``clients`` order), all at once."""
     batch = client_batch(clients)
     perm = torch.tensor(batch.order, device=clients[0].device)

@@ -46,9 +46,22 @@ class OptimizerStore:
     buffers: dict[str, Tensor] = field(default_factory=dict)
     steps: Tensor | None = None
 
-    def gather(self, ids: Sequence[int], like: Mapping[str, Tensor], names: Sequence[str]) -> tuple[dict[str, Tensor], Tensor]:
-        """The state of clients ``ids`` (zeros and step 0 for a client never seen), stacked in that order."""
+    def gather(
+        self, ids: Sequence[int], like: Mapping[str, Tensor], names: Sequence[str]
+    ) -> tuple[dict[str, Tensor], Tensor]:
+        """The state of clients ``ids`` (zeros and step 0 for a client never seen), stacked in that order.
+
+        When ``ids`` are exactly the stored rows in order (every client in every round), the stored tensors
+        themselves are returned and updated in place: no copy.
+        """
         k = len(ids)
+        if (
+            self.steps is not None
+            and len(self.rows) == k
+            and all(self.rows.get(i) == r for r, i in enumerate(ids))
+            and all(n in self.buffers for n in names)
+        ):
+            return {n: self.buffers[n] for n in names}, self.steps
         device = next(iter(like.values())).device
         known = [self.rows.get(i, -1) for i in ids]
         idx = torch.tensor([max(r, 0) for r in known], device=device, dtype=torch.long)
@@ -63,7 +76,11 @@ class OptimizerStore:
             else:
                 buf = torch.zeros(shape, dtype=like[param].dtype, device=device)
             out[n] = buf
-        steps = self.steps.index_select(0, idx.to(self.steps.device)).to(device) if self.steps is not None else None
+        steps = (
+            self.steps.index_select(0, idx.to(self.steps.device)).to(device)
+            if self.steps is not None
+            else None
+        )
         if steps is None:
             steps = torch.zeros(k, dtype=torch.float64, device=device)
         else:
@@ -80,6 +97,8 @@ class OptimizerStore:
         idx = torch.tensor([self.rows[i] for i in ids], device=steps.device, dtype=torch.long)
         for n, v in buffers.items():
             cur = self.buffers.get(n)
+            if cur is v:  # updated in place (see gather)
+                continue
             if cur is None or cur.shape[0] < total:
                 grown = torch.zeros((total, *v.shape[1:]), dtype=v.dtype, device=v.device)
                 if cur is not None:
@@ -87,6 +106,8 @@ class OptimizerStore:
                 cur = grown
             cur.index_copy_(0, idx, v.detach())
             self.buffers[n] = cur
+        if steps is self.steps:
+            return
         if self.steps is None or self.steps.shape[0] < total:
             grown = torch.zeros(total, dtype=torch.float64, device=steps.device)
             if self.steps is not None:
@@ -130,16 +151,21 @@ class StackedOptimizer:
                 for n in names
             }
             self.steps = torch.zeros(k, dtype=torch.float64, device=first.device)
-        else:
-            self.buffers = {n: v.detach().clone() for n, v in state[0].items()}
-            self.steps = state[1].detach().clone().to(first.device)
+        else:  # used in place: the caller hands over (or shares) these tensors
+            self.buffers = dict(state[0])
+            self.steps = state[1]
 
     def buffer_names(self) -> list[str]:
         """Names of the state buffers this optimiser keeps."""
-        if self.name == "adam":
-            return [f"{p}.{b}" for p in self.leaves for b in ("exp_avg", "exp_avg_sq")]
-        if self.momentum > 0:
-            return [f"{p}.momentum" for p in self.leaves]
+        return self.names_for(self.leaves, self.name, self.momentum)
+
+    @staticmethod
+    def names_for(leaves: Mapping[str, Tensor], name: str, momentum: float = 0.0) -> list[str]:
+        """Names of the state buffers of optimiser ``name`` over ``leaves``."""
+        if name == "adam":
+            return [f"{p}.{b}" for p in leaves for b in ("exp_avg", "exp_avg_sq")]
+        if momentum > 0:
+            return [f"{p}.momentum" for p in leaves]
         return []
 
     def zero_grad(self) -> None:
@@ -215,4 +241,3 @@ class StackedOptimizer:
     def state(self) -> tuple[dict[str, Tensor], Tensor]:
         """``(buffers, steps)`` for :meth:`OptimizerStore.scatter`."""
         return self.buffers, self.steps
-

@@ -327,8 +327,18 @@ def _run(
         if phase.kind == "local":
             t0 = time.perf_counter()
             algorithm.personalize_clients(clients, broadcast, phase)
-            rec = RoundRecord(phase.name, 0, global_round, [c.id for c in clients], float("nan"), {}, {},
-                              time.perf_counter() - t0, 0.0, 0.0)
+            rec = RoundRecord(
+                phase.name,
+                0,
+                global_round,
+                [c.id for c in clients],
+                float("nan"),
+                {},
+                {},
+                time.perf_counter() - t0,
+                0.0,
+                0.0,
+            )
             losses = _check_finite_losses(clients, phase.name, 0)
             rec.loss = float(np.mean(losses)) if losses else float("nan")
             for c in clients:
@@ -351,8 +361,9 @@ def _run(
             else:
                 invited = list(range(k_all))
             rs = RoundState(phase.name, r, global_round, tuple(invited), broadcast, num_rounds)
-            rec = _round(algorithm, protocol, server, [clients[i] for i in invited], clients, rs, config,
-                         sampling_rng)
+            rec = _round(
+                algorithm, protocol, server, [clients[i] for i in invited], clients, rs, config, sampling_rng
+            )
             broadcast = rec.pop("broadcast")
             record: RoundRecord = rec["record"]
             last = r == num_rounds - 1
@@ -513,4 +524,3 @@ def _round(
         clip_counts=clips,
     )
     return {"record": record, "broadcast": broadcast}
-

@@ -139,9 +139,13 @@ class GraphBatch:
         x = torch.zeros(num_rows, feat, dtype=graphs[0].x.dtype, device=device)
         y = torch.full((num_rows,), -1, dtype=torch.long, device=device)
         row_client = torch.empty(num_rows, dtype=torch.long, device=device)
-        masks = {m: torch.zeros(num_rows, dtype=torch.bool, device=device) for m in mask_names if hasattr(graphs[0], m)}
+        masks = {
+            m: torch.zeros(num_rows, dtype=torch.bool, device=device)
+            for m in mask_names
+            if hasattr(graphs[0], m)
+        }
         rows, edges = [], []
-        for (s, e, pad, off) in buckets:
+        for s, e, pad, off in buckets:
             row_client[off : off + (e - s) * pad] = torch.arange(s, e, device=device).repeat_interleave(pad)
         for b, gi in enumerate(order):
             g = graphs[gi]
@@ -268,7 +272,9 @@ class _BucketedLinear(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx: Any, x: Tensor, weight: Tensor, bias: Tensor | None, buckets: list, num_rows: int) -> Tensor:
+    def forward(
+        ctx: Any, x: Tensor, weight: Tensor, bias: Tensor | None, buckets: list, num_rows: int
+    ) -> Tensor:
         f_in, f_out = x.size(1), weight.size(1)
         out = x.new_empty(num_rows, f_out)
         for s, e, pad, off in buckets:

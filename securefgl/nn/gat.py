@@ -67,7 +67,9 @@ class GAT(torch.nn.Module):
             if self.heads < 1:
                 raise ConfigError(f"model.options.heads must be >= 1, got {self.heads}")
             if not 0.0 <= self.attention_dropout < 1.0:
-                raise ConfigError(f"model.options.attention_dropout must be in [0, 1), got {self.attention_dropout}")
+                raise ConfigError(
+                    f"model.options.attention_dropout must be in [0, 1), got {self.attention_dropout}"
+                )
 
     def __init__(
         self,
@@ -119,7 +121,12 @@ class GAT(torch.nn.Module):
         return x
 
     def batched_forward(
-        self, params: dict[str, Tensor], batch: GraphBatch, *, training: bool, generator: torch.Generator | None
+        self,
+        params: dict[str, Tensor],
+        batch: GraphBatch,
+        *,
+        training: bool,
+        generator: torch.Generator | None,
     ) -> Tensor:
         """The same network for every client of ``batch`` with stacked ``params`` (``(K, ...)`` each)."""
         n = batch.num_rows
@@ -127,7 +134,11 @@ class GAT(torch.nn.Module):
         x = batch.x
         for i, conv in enumerate(self.convs):
             pre = f"convs.{i}."
-            x = batch.input_dropout(self.p, training, generator) if i == 0 else dropout(x, self.p, training, generator)
+            x = (
+                batch.input_dropout(self.p, training, generator)
+                if i == 0
+                else dropout(x, self.p, training, generator)
+            )
             h, c = conv.heads, conv.out_channels
             xs = batch.linear(x, params[pre + "lin.weight"]).view(n, h, c)
             a_src = (xs * batch.per_row(params[pre + "att_src"].squeeze(1))).sum(-1)

@@ -54,13 +54,22 @@ class GCN(torch.nn.Module):
         return x
 
     def batched_forward(
-        self, params: dict[str, Tensor], batch: GraphBatch, *, training: bool, generator: torch.Generator | None
+        self,
+        params: dict[str, Tensor],
+        batch: GraphBatch,
+        *,
+        training: bool,
+        generator: torch.Generator | None,
     ) -> Tensor:
         """The same network for every client of ``batch`` with stacked ``params`` (``(K, ...)`` each)."""
         adj = batch.gcn_operator()
         x = batch.x
         for i in range(len(self.convs)):
-            x = batch.input_dropout(self.p, training, generator) if i == 0 else dropout(x, self.p, training, generator)
+            x = (
+                batch.input_dropout(self.p, training, generator)
+                if i == 0
+                else dropout(x, self.p, training, generator)
+            )
             h = batch.linear(x, params[f"convs.{i}.lin.weight"])
             x = adj @ h + batch.per_row(params[f"convs.{i}.bias"])
             if i < len(self.convs) - 1:

@@ -52,12 +52,21 @@ class MLP(torch.nn.Module):
         return x
 
     def batched_forward(
-        self, params: dict[str, Tensor], batch: GraphBatch, *, training: bool, generator: torch.Generator | None
+        self,
+        params: dict[str, Tensor],
+        batch: GraphBatch,
+        *,
+        training: bool,
+        generator: torch.Generator | None,
     ) -> Tensor:
         """The same network for every client of ``batch`` with stacked ``params`` (``(K, ...)`` each)."""
         x = batch.x
         for i in range(len(self.lins)):
-            x = batch.input_dropout(self.p, training, generator) if i == 0 else dropout(x, self.p, training, generator)
+            x = (
+                batch.input_dropout(self.p, training, generator)
+                if i == 0
+                else dropout(x, self.p, training, generator)
+            )
             x = batch.linear(x, params[f"lins.{i}.weight"], params[f"lins.{i}.bias"])
             if i < len(self.lins) - 1:
                 x = x.relu()

@@ -151,7 +151,9 @@ def build_model(
     opts = spec.family_options()
     kwargs = dataclasses.asdict(opts) if opts is not None else {}
     with torch.device("meta"):
-        model = cls(in_channels, out_channels, hidden=spec.hidden, layers=spec.layers, dropout=spec.dropout, **kwargs)
+        model = cls(
+            in_channels, out_channels, hidden=spec.hidden, layers=spec.layers, dropout=spec.dropout, **kwargs
+        )
     device = torch.device(device) if device is not None else torch.device("cpu")
     model = model.to_empty(device=device)
     if generator is None:

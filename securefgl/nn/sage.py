@@ -56,13 +56,22 @@ class GraphSAGE(torch.nn.Module):
         return x
 
     def batched_forward(
-        self, params: dict[str, Tensor], batch: GraphBatch, *, training: bool, generator: torch.Generator | None
+        self,
+        params: dict[str, Tensor],
+        batch: GraphBatch,
+        *,
+        training: bool,
+        generator: torch.Generator | None,
     ) -> Tensor:
         """The same network for every client of ``batch`` with stacked ``params`` (``(K, ...)`` each)."""
         mean = batch.mean_operator()
         x = batch.x
         for i in range(len(self.convs)):
-            x = batch.input_dropout(self.p, training, generator) if i == 0 else dropout(x, self.p, training, generator)
+            x = (
+                batch.input_dropout(self.p, training, generator)
+                if i == 0
+                else dropout(x, self.p, training, generator)
+            )
             if i == 0 and not (training and self.p > 0):
                 agg = batch.cached("sage_agg0", lambda x=x: mean @ x)
             else:

@@ -77,7 +77,12 @@ class SGC(torch.nn.Module):
         return self.conv.lin(dropout(z, self.p, self.training, self.generator))
 
     def batched_forward(
-        self, params: dict[str, Tensor], batch: GraphBatch, *, training: bool, generator: torch.Generator | None
+        self,
+        params: dict[str, Tensor],
+        batch: GraphBatch,
+        *,
+        training: bool,
+        generator: torch.Generator | None,
     ) -> Tensor:
         """The same network for every client of ``batch`` with stacked ``params`` (``(K, ...)`` each)."""
 

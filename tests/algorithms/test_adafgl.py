@@ -120,7 +120,9 @@ def test_prediction_similarity_large_client_path_is_capped():
     torch.manual_seed(0)
     probs = torch.softmax(torch.randn(40, 3, generator=_gen(1)) * 0.01, dim=1)  # all nearly uniform
     full = prediction_similarity(probs, threshold=0.5)
-    capped = prediction_similarity(probs, threshold=0.5, dense_max_nodes=10, large_client_topk=3, chunk_size=7)
+    capped = prediction_similarity(
+        probs, threshold=0.5, dense_max_nodes=10, large_client_topk=3, chunk_size=7
+    )
     assert full._nnz() == 40 * 39
     dense = capped.to_dense()
     assert torch.equal(dense, dense.T)
@@ -198,7 +200,9 @@ def test_strict_argmax_counts_ties_as_incorrect():
 
 
 def _two_cliques() -> tuple[torch.Tensor, torch.Tensor]:
-    pairs = [(i, j) for i in range(4) for j in range(i + 1, 4)] + [(i, j) for i in range(4, 8) for j in range(i + 1, 8)]
+    pairs = [(i, j) for i in range(4) for j in range(i + 1, 4)] + [
+        (i, j) for i in range(4, 8) for j in range(i + 1, 8)
+    ]
     return _undirected(pairs), torch.tensor([0, 0, 0, 0, 1, 1, 1, 1])
 
 
@@ -210,7 +214,10 @@ def test_hcs_homophilous_is_one_heterophilous_is_zero():
     # hidden node holds kappa * uniform + (1 - kappa) * (its own uniform + >= 1 visible opposite one-hot
     # + uniform hidden opposites) / norm, so the opposite class strictly wins: HCS = 0 for every mask.
     bip = _undirected([(i, j) for i in range(4) for j in range(4, 8)])
-    assert homophily_confidence_score(adjacency(bip, 8), y, train, 2, generator=_gen(), num_masks=8, steps=1) == 0.0
+    assert (
+        homophily_confidence_score(adjacency(bip, 8), y, train, 2, generator=_gen(), num_masks=8, steps=1)
+        == 0.0
+    )
 
 
 def test_hcs_degenerate_clients():
@@ -225,8 +232,12 @@ def test_hcs_degenerate_clients():
     empty = adjacency(torch.zeros(2, 0, dtype=torch.long), 8)
     assert homophily_confidence_score(empty, y, torch.ones(8, dtype=torch.bool), 2, generator=_gen()) == 0.0
     # A single class on a connected graph: every hidden node is recovered.
-    assert homophily_confidence_score(a, torch.zeros(8, dtype=torch.long), torch.ones(8, dtype=torch.bool), 2,
-                                      generator=_gen()) == 1.0
+    assert (
+        homophily_confidence_score(
+            a, torch.zeros(8, dtype=torch.long), torch.ones(8, dtype=torch.bool), 2, generator=_gen()
+        )
+        == 1.0
+    )
     with pytest.raises(ConfigError, match="hcs_mask_prob"):
         homophily_confidence_score(a, y, torch.ones(8, dtype=torch.bool), 2, generator=_gen(), mask_prob=1.0)
 
@@ -364,7 +375,9 @@ def test_local_personalization_learns_on_toy_graph():
         flip = torch.arange(40) % 5 == 0
         p_hat[flip] = p_hat[flip].flip(1)
         opts = AdaFGLOptions(epochs=60, hidden=16)
-        res = local_personalization(x, ei, y, masks, p_hat, p_hat.log(), opts, num_classes=2, generator=_gen())
+        res = local_personalization(
+            x, ei, y, masks, p_hat, p_hat.log(), opts, num_classes=2, generator=_gen()
+        )
         out = res.outcome
         assert out.probs.shape == (40, 2) and torch.allclose(out.probs.sum(1), torch.ones(40), atol=1e-5)
         assert out.test_total == 10 and out.test_correct >= 8
@@ -380,12 +393,26 @@ def test_local_personalization_degenerate_clients_never_nan():
     empty = torch.zeros(2, 0, dtype=torch.long)
     no_train = (torch.zeros(12, dtype=torch.bool), masks[1], masks[2])
     for opts in (AdaFGLOptions(epochs=5, hidden=8), AdaFGLOptions(epochs=5, hidden=8, loss="mixture")):
-        for edges, m, labels in ((empty, masks, y), (ei, no_train, y), (ei, masks, torch.zeros(12, dtype=torch.long))):
-            res = local_personalization(x, edges, labels, m, p_hat, p_hat.log(), opts, num_classes=2,
-                                        generator=_gen())
+        for edges, m, labels in (
+            (empty, masks, y),
+            (ei, no_train, y),
+            (ei, masks, torch.zeros(12, dtype=torch.long)),
+        ):
+            res = local_personalization(
+                x, edges, labels, m, p_hat, p_hat.log(), opts, num_classes=2, generator=_gen()
+            )
             assert torch.isfinite(res.outcome.probs).all() and math.isfinite(res.hcs)
-    res = local_personalization(x, empty, y, masks, p_hat, p_hat.log(), AdaFGLOptions(epochs=3, hidden=8),
-                                num_classes=2, generator=_gen())
+    res = local_personalization(
+        x,
+        empty,
+        y,
+        masks,
+        p_hat,
+        p_hat.log(),
+        AdaFGLOptions(epochs=3, hidden=8),
+        num_classes=2,
+        generator=_gen(),
+    )
     assert res.hcs == 0.0  # no edges: everything goes to the topology-independent module
 
 
@@ -404,9 +431,20 @@ def test_train_local_raises_on_non_finite_loss():
     x[0, 0] = float("nan")
     p_hat = torch.full((10, 2), 0.5)
     with pytest.raises(NonFiniteError, match="client 3"):
-        train_local(x, torch.cat([x] * 4, 1), None, p_hat, p_hat, y, masks, 0.5,
-                    LocalStepOptions(epochs=2, hidden=4, message_passing=False), num_classes=2,
-                    generator=_gen(), client=3)
+        train_local(
+            x,
+            torch.cat([x] * 4, 1),
+            None,
+            p_hat,
+            p_hat,
+            y,
+            masks,
+            0.5,
+            LocalStepOptions(epochs=2, hidden=4, message_passing=False),
+            num_classes=2,
+            generator=_gen(),
+            client=3,
+        )
 
 
 def test_hard_switch_trains_one_module_only():
@@ -420,8 +458,9 @@ def test_hard_switch_trains_one_module_only():
     opts = LocalStepOptions(epochs=3, hidden=4, combine="hard")
 
     def run(hcs: float, p_hat: torch.Tensor) -> torch.Tensor:
-        return train_local(x, xs, torch.zeros(20, 20), p_hat, p_a, y, masks, hcs, opts, num_classes=2,
-                           generator=_gen()).probs
+        return train_local(
+            x, xs, torch.zeros(20, 20), p_hat, p_a, y, masks, hcs, opts, num_classes=2, generator=_gen()
+        ).probs
 
     assert torch.equal(run(0.5, p_a), run(0.5, p_b))
     assert not torch.allclose(run(0.95, p_a), run(0.95, p_b))
@@ -461,7 +500,9 @@ def test_options_validation_and_ablations():
 def _fed_graph(method: str = "metis", clients: int = 3, **params):
     from securefgl.data import make_csbm, partition_graph
 
-    data = make_csbm(num_nodes=240, num_classes=3, avg_degree=6.0, homophily=0.7, num_features=12, signal=1.0, seed=0)
+    data = make_csbm(
+        num_nodes=240, num_classes=3, avg_degree=6.0, homophily=0.7, num_features=12, signal=1.0, seed=0
+    )
     return partition_graph(data, method, clients, seed=0, split=(0.3, 0.3, 0.4), cache=False, **params)
 
 
@@ -483,9 +524,8 @@ def _run_config(protocol: str, rounds: int, options: dict | None = None):
 
 def _step1_params(protocol_name: str, fg, rounds: int) -> tuple[dict, list]:
     """Step 1 through the Algorithm interface and a real protocol, with fixed client generators."""
-    from securefgl.algorithms.base import Client, Setting
+    from securefgl.algorithms.base import Client, RoundState, Setting
     from securefgl.algorithms.registry import create_algorithm
-    from securefgl.algorithms.base import RoundState
     from securefgl.protocols.registry import get_protocol
 
     cfg = _run_config(protocol_name, rounds)
@@ -527,8 +567,16 @@ def test_step1_uploads_only_weighted_params_and_node_count():
     from securefgl.algorithms.registry import create_algorithm
 
     cfg = _run_config("plaintext", 1)
-    setting = Setting(fg.num_features, fg.num_classes, fg.num_clients, fg.num_nodes, fg.num_nodes, cfg.model,
-                      cfg.train, max_clients_per_round=fg.num_clients)
+    setting = Setting(
+        fg.num_features,
+        fg.num_classes,
+        fg.num_clients,
+        fg.num_nodes,
+        fg.num_nodes,
+        cfg.model,
+        cfg.train,
+        max_clients_per_round=fg.num_clients,
+    )
     algo = create_algorithm("adafgl", setting, {})
     clients = [Client(i, d, _gen(i), workspace={"generator": _gen(5)}) for i, d in enumerate(fg.clients)]
     rs = RoundState("federated", 0, 0, (0, 1, 2), params, 1)
@@ -577,7 +625,9 @@ def test_step2_sends_nothing(monkeypatch):
 
         def aggregate(schema, contribs, **kwargs):
             sums, transcript = real_aggregate(schema, contribs, **kwargs)
-            events.append(f"aggregate:{kwargs.get('round_index')}:{transcript.total_bytes_received('server')}")
+            events.append(
+                f"aggregate:{kwargs.get('round_index')}:{transcript.total_bytes_received('server')}"
+            )
             return sums, transcript
 
         proto.aggregate = aggregate  # a spy around the real protocol (it still computes the real sums)
@@ -610,10 +660,19 @@ def test_end_to_end_injected_heterophily_beats_fedavg_extractor():
     from securefgl.data import make_csbm, partition_graph
     from securefgl.engine.runner import run_seed
 
-    data = make_csbm(num_nodes=360, num_classes=3, avg_degree=6.0, homophily=0.75, num_features=16, signal=0.7,
-                     seed=1)
-    fg = partition_graph(data, "structure-noniid", 4, seed=0, split=(0.3, 0.3, 0.4), cache=False,
-                         modes=("homo", "hete", "hete", "homo"), rho=1.0)
+    data = make_csbm(
+        num_nodes=360, num_classes=3, avg_degree=6.0, homophily=0.75, num_features=16, signal=0.7, seed=1
+    )
+    fg = partition_graph(
+        data,
+        "structure-noniid",
+        4,
+        seed=0,
+        split=(0.3, 0.3, 0.4),
+        cache=False,
+        modes=("homo", "hete", "hete", "homo"),
+        rho=1.0,
+    )
     info = fg.meta["info"]["clients"] if "info" in fg.meta else None
     rounds = 20
     res = run_seed(_run_config("secagg", rounds, {"epochs": 60}), fg, 0, torch.device("cpu"))
@@ -644,7 +703,12 @@ def test_batched_step2_equals_one_client_path(overrides, sparse_x):
     from securefgl.algorithms._adafgl_local import prepare_client, train_prepared
 
     clients = [_toy_client(n=n, seed=s) for n, s in ((30, 0), (22, 1), (26, 2))]
-    clients[2] = (clients[2][0], torch.zeros(2, 0, dtype=torch.long), clients[2][2], clients[2][3])  # no edges
+    clients[2] = (
+        clients[2][0],
+        torch.zeros(2, 0, dtype=torch.long),
+        clients[2][2],
+        clients[2][3],
+    )  # no edges
     if sparse_x:  # bag-of-words-like features -> the embedding-bag path on both sides
         clients = [(torch.where(x.abs() < 0.6, torch.zeros_like(x), x), *rest) for x, *rest in clients]
     opts = AdaFGLOptions(epochs=4, hidden=8, dropout=0.0, sim_threshold=0.9, **overrides)
@@ -654,8 +718,11 @@ def test_batched_step2_equals_one_client_path(overrides, sparse_x):
         for i, (x, ei, y, masks) in enumerate(clients):
             p_hat = torch.softmax(torch.randn(x.size(0), 2, generator=_gen(40 + i)), dim=1)
             g = _gen(i)
-            prepared.append(prepare_client(x, ei, y, masks, p_hat, p_hat.log(), opts, num_classes=2, generator=g,
-                                           client=i))
+            prepared.append(
+                prepare_client(
+                    x, ei, y, masks, p_hat, p_hat.log(), opts, num_classes=2, generator=g, client=i
+                )
+            )
             gens.append(g)
         results[batched] = train_prepared(prepared, opts, num_classes=2, generators=gens, batched=batched)
     for one, many in zip(results[False], results[True], strict=True):

@@ -88,9 +88,13 @@ def test_fedavg_uploads_weighted_numerator_and_count():
 
 
 def test_fedprox_with_zero_mu_is_fedavg_and_positive_mu_differs():
-    base = {"dataset": {"name": "csbm", "csbm": {"num_nodes": 500, "num_classes": 3, "num_features": 8}},
-            "partition": {"clients": 4, "cache": False}, "protocol": {"name": "plaintext"},
-            "train": {"rounds": 3}, "output": {"save": False}}
+    base = {
+        "dataset": {"name": "csbm", "csbm": {"num_nodes": 500, "num_classes": 3, "num_features": 8}},
+        "partition": {"clients": 4, "cache": False},
+        "protocol": {"name": "plaintext"},
+        "train": {"rounds": 3},
+        "output": {"save": False},
+    }
     fedavg = securefgl.run(base).seeds[0]
     prox0 = securefgl.run(base, algorithm={"name": "fedprox", "options": {"mu": 0.0}}).seeds[0]
     prox1 = securefgl.run(base, algorithm={"name": "fedprox", "options": {"mu": 1.0}}).seeds[0]
@@ -101,9 +105,13 @@ def test_fedprox_with_zero_mu_is_fedavg_and_positive_mu_differs():
 
 
 def test_fedavg_finetune_adds_a_local_phase():
-    base = {"dataset": {"name": "csbm", "csbm": {"num_nodes": 500, "num_classes": 3, "num_features": 8}},
-            "partition": {"clients": 4, "cache": False}, "protocol": {"name": "plaintext"},
-            "train": {"rounds": 2}, "output": {"save": False}}
+    base = {
+        "dataset": {"name": "csbm", "csbm": {"num_nodes": 500, "num_classes": 3, "num_features": 8}},
+        "partition": {"clients": 4, "cache": False},
+        "protocol": {"name": "plaintext"},
+        "train": {"rounds": 2},
+        "output": {"save": False},
+    }
     s = securefgl.run(base, algorithm={"name": "fedavg", "options": {"finetune_epochs": 5}}).seeds[0]
     assert [r.phase for r in s.rounds] == ["train", "train", "finetune"]
     assert s.final.phase == "finetune"

@@ -596,3 +596,108 @@ def test_presets() -> None:
         preset_config("opfgl-paper", dataset="Cora", partition="random")
     with pytest.raises(ConfigError):
         preset_config("nope", dataset="Cora", partition="metis+")
+
+
+def test_a5_variant_clients_build_the_same_graph_under_ckks() -> None:
+    """A.5: the sum goes to the clients (CKKS); each rebuilds G' from the shared seed; all agree."""
+    from securefgl.algorithms.base import Phase
+    from securefgl.algorithms.opfgl import pseudo_graph_from_broadcast
+    from securefgl.protocols.registry import get_protocol
+
+    fg = _federated()
+    algo = _algo(fg, generation="client", min_class_contributors=2)
+    clients = _clients(fg)
+    rs, contribs = _upload(algo, clients)
+    [request] = algo.requests(rs)
+    assert request.recipient == 0
+    sums, transcript = get_protocol("ckks").aggregate(request.schema, contribs, recipient=request.recipient)
+    clients[0].inbox[request.key] = sums
+    # the server step receives nothing and forwards the public seeds only
+    out = algo.server_step(algo.init_server(torch.Generator().manual_seed(0)), {}, rs)
+    assert "x" not in out
+    algo.personalize_clients(clients, out, Phase("train", kind="local"))
+    digests = {c.state["opfgl"]["pseudo_graph_digest"] for c in clients}
+    assert len(digests) == 1
+    assert all(c.state["opfgl"]["report"]["released_classes"] == [0, 1, 2] for c in clients)
+    # the same sums and seeds on the server side give the very same graph
+    server_algo = _algo(fg, min_class_contributors=2)
+    server = server_algo.init_server(torch.Generator().manual_seed(0))
+    graph = pseudo_graph_from_broadcast(server_algo.server_step(server, sums, rs), fg.num_classes)
+    assert graph.digest() in digests
+    scores = algo.evaluate(clients, out, rs)
+    assert all(torch.isfinite(s).all() for s in scores.values())
+
+
+def test_fast_gcn_path_equals_the_model_forward() -> None:
+    from securefgl.algorithms._opfgl_train import LocalGraph
+    from securefgl.nn.registry import ModelSpec, build_model
+
+    g = torch.Generator().manual_seed(0)
+    x = (torch.rand(50, 40, generator=g) < 0.05).float()  # sparse bag-of-words: sparse first layer
+    ei = _undirected([(i, (i * 7 + 3) % 50) for i in range(50) if i != (i * 7 + 3) % 50])
+    w = torch.rand(ei.size(1), generator=g) + 0.1
+    model = build_model(ModelSpec("gcn", hidden=8, layers=3, dropout=0.0), 40, 3, generator=g)
+    for graph, ref in [
+        (LocalGraph(x, ei), lambda: model(x, ei)),
+        (LocalGraph(x * 3 + 1, ei), lambda: model(x * 3 + 1, ei)),  # dense features
+    ]:
+        a, b = graph.logits(model), ref()
+        assert torch.allclose(a, b, atol=1e-5)
+        ga = torch.autograd.grad(a.square().sum(), list(model.parameters()))
+        gb = torch.autograd.grad(b.square().sum(), list(model.parameters()))
+        assert all(torch.allclose(u, v, atol=1e-4) for u, v in zip(ga, gb, strict=True))
+    # weighted edges (the pseudo-graph) go through the same operator as PyG's GCNConv with edge weights
+    from torch_geometric.nn import GCNConv
+
+    conv = GCNConv(40, 3)
+    conv.lin.weight.data = model.convs[0].lin.weight.data[:3].clone()
+    one = build_model(ModelSpec("gcn", hidden=8, layers=1, dropout=0.0), 40, 3, generator=g)
+    one.convs[0].lin.weight.data = conv.lin.weight.data.clone()
+    assert torch.allclose(LocalGraph(x, ei, w).logits(one), conv(x, ei, w), atol=1e-5)
+
+
+def test_shared_stage1_equals_per_client_stage1() -> None:
+    from securefgl.algorithms._opfgl_train import LocalGraph, StageConfig, train_stage1, train_stage1_shared
+    from securefgl.nn.registry import ModelSpec, build_model
+
+    fg = _federated()
+    m = _moments(c=3, f=fg.num_features, seed=1)
+    pg = generate_pseudo_graph(m, fg.num_features, PseudoGraphConfig(loops=30), seed=2)
+    cfg = StageConfig(lr=1e-2, max_iters=120, eval_every=20, patience=2)
+
+    def fresh():
+        return build_model(
+            ModelSpec("gcn", hidden=8, dropout=0.0),
+            fg.num_features,
+            3,
+            generator=torch.Generator().manual_seed(5),
+        )
+
+    locs = [(LocalGraph(d.x, d.edge_index), d.y, d.val_mask) for d in fg.clients]
+    shared = train_stage1_shared(fresh(), pg.x, pg.edge_index, pg.edge_weight, pg.y, locs, cfg)
+    for (state, res), (graph, y, val) in zip(shared, locs, strict=True):
+        model = fresh()
+        alone = train_stage1(model, pg.x, pg.edge_index, pg.edge_weight, pg.y, graph, y, val, cfg)
+        assert (alone.best_val, alone.best_iter, alone.iters) == (res.best_val, res.best_iter, res.iters)
+        for k, v in model.state_dict().items():
+            assert torch.equal(v, state[k]), k
+
+
+def test_server_min_class_count_and_per_client_top_k() -> None:
+    from securefgl.protocols.registry import get_protocol
+
+    fg = _federated()
+    algo = _algo(fg, min_class_contributors=1, client_top_k=(0, 3, 0))
+    clients = _clients(fg)
+    rs, contribs = _upload(algo, clients)
+    assert clients[0].state["opfgl"]["reliable"] == 0 and clients[2].state["opfgl"]["reliable"] == 0
+    sums, _ = get_protocol("plaintext").aggregate(algo.build_schema(), contribs)
+    counts = sums["count"].tolist()
+    threshold = int(min(counts)) + 1  # the smallest class falls below the server-side threshold
+    small = _algo(fg, min_class_contributors=1, min_class_count=threshold)
+    server = small.init_server(torch.Generator().manual_seed(0))
+    out = small.server_step(server, sums, rs)
+    report = small.run_report(server)
+    skipped = [c for c, n in enumerate(counts) if n < threshold]
+    assert report["below_min_count_classes"] == skipped and set(skipped) <= set(report["withheld_classes"])
+    assert sorted(set(out["y"].tolist())) == [c for c in range(3) if c not in skipped]

@@ -28,7 +28,12 @@ def test_default_synthetic_run_with_only_protocol(tmp_path, monkeypatch, data_ro
         assert needle in res.output
     folders = list((tmp_path / "results").iterdir())
     assert len(folders) == 1
-    assert {p.name for p in folders[0].iterdir()} == {"config.toml", "metrics.json", "clients.csv", "plot.png"}
+    assert {p.name for p in folders[0].iterdir()} == {
+        "config.toml",
+        "metrics.json",
+        "clients.csv",
+        "plot.png",
+    }
     metrics = json.loads((folders[0] / "metrics.json").read_text())
     assert metrics["status"] == "ok" and metrics["graph"]["name"] == "csbm"
     assert metrics["summary"]["test_acc"]["mean"] > 0.8
@@ -37,8 +42,24 @@ def test_default_synthetic_run_with_only_protocol(tmp_path, monkeypatch, data_ro
 def test_cora_quiet_two_seeds(tmp_path, data_root):
     res = runner.invoke(
         app,
-        ["run", "--protocol", "plaintext", "--dataset", "Cora", "--partition", "louvain", "--clients", "5",
-         "--rounds", "3", "--seeds", "0,1", "--quiet", "--output", str(tmp_path / "cora")],
+        [
+            "run",
+            "--protocol",
+            "plaintext",
+            "--dataset",
+            "Cora",
+            "--partition",
+            "louvain",
+            "--clients",
+            "5",
+            "--rounds",
+            "3",
+            "--seeds",
+            "0,1",
+            "--quiet",
+            "--output",
+            str(tmp_path / "cora"),
+        ],
     )
     assert res.exit_code == 0, res.output
     assert res.output.startswith("test acc ") and "±" in res.output
@@ -49,8 +70,22 @@ def test_cora_quiet_two_seeds(tmp_path, data_root):
 
 def test_json_output_for_pipelines(data_root):
     res = runner.invoke(
-        app, ["run", "--protocol", "plaintext", "--rounds", "2", "--no-save", "--json", "--model", "sage",
-              "--set", "dataset.csbm.num_nodes=500", "--set", "train.eval_every=2"],
+        app,
+        [
+            "run",
+            "--protocol",
+            "plaintext",
+            "--rounds",
+            "2",
+            "--no-save",
+            "--json",
+            "--model",
+            "sage",
+            "--set",
+            "dataset.csbm.num_nodes=500",
+            "--set",
+            "train.eval_every=2",
+        ],
     )
     assert res.exit_code == 0, res.output
     out = json.loads(res.output)

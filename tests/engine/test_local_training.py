@@ -45,7 +45,9 @@ def _clients(sizes=(5, 17, 9, 30, 3, 12, 40), feats=10, classes=3, seed=0, empty
 
 
 def _model(name: str):
-    return build_model(ModelSpec(name=name, hidden=8, dropout=0.0), 10, 3, generator=torch.Generator().manual_seed(0))
+    return build_model(
+        ModelSpec(name=name, hidden=8, dropout=0.0), 10, 3, generator=torch.Generator().manual_seed(0)
+    )
 
 
 def _params(model):
@@ -58,7 +60,9 @@ def test_batched_equals_sequential(name, optimizer):
     clients = _clients()
     model = _model(name)
     init = _params(model)
-    kw = dict(epochs=4, lr=0.05, optimizer=optimizer, weight_decay=5e-4, momentum=0.9, prox_mu=0.1, prox_center=init)
+    kw = dict(
+        epochs=4, lr=0.05, optimizer=optimizer, weight_decay=5e-4, momentum=0.9, prox_mu=0.1, prox_center=init
+    )
     a = train_clients(model, clients, init, **kw)
     b = train_clients_sequential(model, clients, init, **kw)
     assert a.ids == b.ids == [c.id for c in clients]
@@ -90,7 +94,12 @@ def test_persistent_optimizer_state_with_client_sampling(optimizer):
 
 def test_per_client_initial_models_and_stacked_input():
     clients = _clients(empty=())
-    models = [build_model(ModelSpec(name="sage", hidden=8, dropout=0.0), 10, 3, generator=torch.Generator().manual_seed(i)) for i in range(len(clients))]
+    models = [
+        build_model(
+            ModelSpec(name="sage", hidden=8, dropout=0.0), 10, 3, generator=torch.Generator().manual_seed(i)
+        )
+        for i in range(len(clients))
+    ]
     per = [_params(m) for m in models]
     a = train_clients(models[0], clients, per, epochs=3, lr=0.01)
     stacked = {n: torch.stack([p[n] for p in per]) for n in per[0]}
@@ -135,7 +144,9 @@ def test_predictions_batched_equal_per_client():
     model.eval()
     params = _params(model)
     shared = predict_shared(model, params, clients)
-    stacked = predict_stacked(model, {n: v.unsqueeze(0).repeat(len(clients), *[1] * v.dim()) for n, v in params.items()}, clients)
+    stacked = predict_stacked(
+        model, {n: v.unsqueeze(0).repeat(len(clients), *[1] * v.dim()) for n, v in params.items()}, clients
+    )
     for c in clients:
         ref = model(c.data.x, c.data.edge_index)
         torch.testing.assert_close(shared[c.id], ref, atol=2e-6, rtol=1e-5)

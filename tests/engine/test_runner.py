@@ -19,7 +19,10 @@ from securefgl.protocols.base import Sums
 
 def small(tmp_path=None, **sections):
     cfg = {
-        "dataset": {"name": "csbm", "csbm": {"num_nodes": 600, "num_classes": 3, "num_features": 16, "avg_degree": 8.0}},
+        "dataset": {
+            "name": "csbm",
+            "csbm": {"num_nodes": 600, "num_classes": 3, "num_features": 16, "avg_degree": 8.0},
+        },
         "partition": {"method": "louvain", "clients": 5, "cache": False},
         "protocol": {"name": "plaintext"},
         "model": {"hidden": 16},
@@ -160,7 +163,12 @@ def test_unsupported_combination_lists_every_problem_before_loading_data():
     with pytest.raises(UnsupportedCombinationError) as info:
         check_combination("fedavgg", "secaggg", "gcnn", "Cora", dropout=1.5)
     text = str(info.value)
-    for needle in ("unknown algorithm 'fedavgg'", "unknown protocol 'secaggg'", "unknown model 'gcnn'", "dropout"):
+    for needle in (
+        "unknown algorithm 'fedavgg'",
+        "unknown protocol 'secaggg'",
+        "unknown model 'gcnn'",
+        "dropout",
+    ):
         assert needle in text
     assert "fedavg" in text and "secagg" in text and "gcn" in text  # valid choices are named
     assert len(info.value.problems) == 4
@@ -194,4 +202,3 @@ def test_fedavg_server_step_divides_numerator_by_denominator():
     sums = Sums({**num, "n": torch.tensor([4])}, num_contributors=2)
     out = alg.server_step(server, sums, None)
     assert all(torch.allclose(v, torch.full_like(v, 1.5)) for v in out.values())
-

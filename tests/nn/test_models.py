@@ -66,7 +66,9 @@ def test_forward_shape_and_seeded_init_without_global_rng(name):
     b = build_model(spec, 10, 4, generator=torch.Generator().manual_seed(7))
     c = build_model(spec, 10, 4, generator=torch.Generator().manual_seed(8))
     assert torch.equal(torch.random.get_rng_state(), before), "model construction touched the global RNG"
-    for (na, pa), (_, pb), (_, pc) in zip(a.named_parameters(), b.named_parameters(), c.named_parameters(), strict=True):
+    for (na, pa), (_, pb), (_, pc) in zip(
+        a.named_parameters(), b.named_parameters(), c.named_parameters(), strict=True
+    ):
         assert torch.equal(pa, pb), na
         if pa.dim() >= 2:
             assert not torch.equal(pa, pc), na
@@ -83,7 +85,9 @@ def test_batched_forward_equals_per_client_forward(name):
     batch = GraphBatch.from_graphs(graphs, bucket_overhead=4)
     assert len(batch.buckets) > 1  # exercise several bucketed bmm calls
     spec = ModelSpec(name=name, hidden=8, dropout=0.0)
-    models = [build_model(spec, 10, 3, generator=torch.Generator().manual_seed(i)) for i in range(len(graphs))]
+    models = [
+        build_model(spec, 10, 3, generator=torch.Generator().manual_seed(i)) for i in range(len(graphs))
+    ]
     for m in models:
         m.eval()
     names = [n for n, _ in models[0].named_parameters()]
