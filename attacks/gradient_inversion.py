@@ -173,7 +173,7 @@ class InversionConfig:
         anchors: SGD recipes: fix the rows that :func:`bias_candidates` proves exact and start the others at
             the remaining candidates. (default: ``True``)
         exact_tol: An objective below this counts as an exact fit (no leave-one-out search over the fixed
-            rows). (default: ``1e-4``)
+            rows). (default: ``1e-3``)
         adam_eps: Epsilon of the simulated Adam (larger than Adam's own, for stable derivatives).
             (default: ``1e-4``)
         max_unknown_nodes: Refuse a graph-known inversion with more unknown nodes. (default: ``2000``)
@@ -193,7 +193,7 @@ class InversionConfig:
     refine_labels: bool = True
     label_passes: int = 4
     anchors: bool = True
-    exact_tol: float = 1e-4
+    exact_tol: float = 1e-3
     adam_eps: float = 1e-4
     max_unknown_nodes: int = 2000
 
@@ -664,6 +664,8 @@ def invert_update(
             done += 1
             if progress is not None:
                 progress(done, total)
+            if best[0] < cfg.exact_tol:  # an exact fit: further restarts cannot do better
+                break
         assert best[1] is not None and best[2] is not None
         return best[0], best[1], best[2]
 
@@ -674,10 +676,11 @@ def invert_update(
         fixed_counts = None if joint else counts
         total += quick * (k + 1)
         trials = [(attempt(quick, fixed_counts, anchors)[0], anchors)]
-        if trials[0][0] > cfg.exact_tol:
-            for j in range(k):
-                keep = torch.cat([anchors[:j], anchors[j + 1 :]], 0)
-                trials.append((attempt(quick, fixed_counts, keep)[0], keep))
+        for j in range(k):
+            if min(t[0] for t in trials) < cfg.exact_tol:
+                break
+            keep = torch.cat([anchors[:j], anchors[j + 1 :]], 0)
+            trials.append((attempt(quick, fixed_counts, keep)[0], keep))
         anchors = min(trials, key=lambda t: t[0])[1]
     if joint:
         value, x_full, labels = attempt(cfg.restarts, None, anchors)
@@ -883,4 +886,104 @@ def score_reconstruction(
         cc = F.normalize(xh, dim=1, eps=1e-30) @ F.normalize(tt, dim=1, eps=1e-30).T
         r2, c2 = hungarian_match(-cc)
         out[f"{name}_cosine"] = float(cc[r2, c2].mean())
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------
+# reading updates out of an adversary view
+# ----------------------------------------------------------------------------------------------------
+
+#: Algorithms whose upload is a FedAvg-style weighted model (``w.<param>`` numerators, ``n`` denominator).
+MODEL_AVERAGING = ("fedavg", "fedprox")
+
+
+def check_applicable(algorithm: str, model: Any) -> None:
+    """Refuse, before any work, an algorithm or model the update inversion does not handle.
+
+    Raises:
+        AttackNotApplicableError: with the reason.
+    """
+    if algorithm == "fedspray":
+        raise AttackNotApplicableError(
+            "gradient inversion of FedSpray's encoder update is not supported yet: the encoder's local loss "
+            "distils from each client's private GNN (a KL term to its predictions), which the attacker cannot "
+            "simulate; only the update's support and label signs would be usable"
+        )
+    if algorithm not in MODEL_AVERAGING:
+        raise AttackNotApplicableError(
+            f"algorithm {algorithm!r} uploads no model update (gradient inversion applies to "
+            f"{', '.join(MODEL_AVERAGING)}); use the statistics attacks for one-shot statistics"
+        )
+    if model is None:
+        raise AttackNotApplicableError("the run has no shared model architecture to simulate")
+    if getattr(model, "name", "") == "gat":
+        raise AttackNotApplicableError(
+            "gradient inversion of GAT is not supported (attention makes the receptive field dense); "
+            "use gcn, sgc, sage or mlp"
+        )
+
+
+def update_from_upload(
+    values: Mapping[str, Tensor],
+    broadcast: Mapping[str, Tensor],
+    *,
+    source: Literal["individual", "masked", "sum"],
+    contributors: int = 1,
+    num_nodes_hint: int | None = None,
+) -> ModelUpdate:
+    """A FedAvg/FedProx upload (or sum) as a :class:`ModelUpdate`: :math:`w_k = (n_k w_k) / n_k`.
+
+    Args:
+        values: The upload's blocks (``w.<param>`` and ``n``).
+        broadcast: The round's broadcast (the parameters the clients started from).
+        source: Where the values come from (see :class:`ModelUpdate`).
+        contributors: Clients in ``values``.
+        num_nodes_hint: The adversary's guess of ``n`` when ``values["n"]`` is unusable (a masked vector).
+
+    Raises:
+        AttackNotApplicableError: the blocks are not a model-averaging upload.
+    """
+    names = list(broadcast)
+    missing = [f"w.{k}" for k in names if f"w.{k}" not in values] + ([] if "n" in values else ["n"])
+    if missing:
+        raise AttackNotApplicableError(f"the upload is not a model-averaging upload: missing blocks {missing[:4]}")
+    n = float(torch.as_tensor(values["n"]).to(torch.float64).flatten()[0])
+    known = source != "masked" and n >= 1 and math.isfinite(n)
+    if not known:
+        n = float(num_nodes_hint or 1)
+    params = {k: torch.as_tensor(values[f"w.{k}"]).to(torch.float64) / n for k in names}
+    base = {k: broadcast[k].detach().to(torch.float64).cpu() for k in names}
+    delta = {k: params[k].reshape(base[k].shape) - base[k] for k in names}
+    return ModelUpdate(base=base, delta=delta, num_nodes=int(round(n)) if known else num_nodes_hint,
+                       source=source, contributors=int(contributors))
+
+
+def updates_in_view(view: Any, obs: Any) -> dict[str, Any]:
+    """The model updates a view holds for one aggregation.
+
+    Returns:
+        ``{"individual": {client: ModelUpdate}, "sum": ModelUpdate}``; a key is missing when the view does
+        not hold it (``"individual"`` for CKKS or a client view; ``"sum"`` for a server that only relayed).
+    """
+    from securefgl.errors import NothingToAttackError
+
+    out: dict[str, Any] = {}
+    hint = None
+    try:
+        total = view.released_sum(obs)
+        out["sum"] = update_from_upload({k: total[k] for k in total}, obs.broadcast, source="sum",
+                                        contributors=total.num_contributors)
+        if out["sum"].num_nodes and total.num_contributors:
+            hint = max(1, int(round(out["sum"].num_nodes / total.num_contributors)))
+    except NothingToAttackError:
+        pass
+    try:
+        ins = view.individual_inputs(obs)
+        out["individual"] = {
+            c: update_from_upload(i.values, obs.broadcast, source="individual" if i.exact else "masked",
+                                  num_nodes_hint=hint)
+            for c, i in ins.items()
+        }
+    except NothingToAttackError:
+        pass
     return out

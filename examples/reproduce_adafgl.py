@@ -235,6 +235,8 @@ def main() -> None:
                         "per_client": [c.row() for c in res.final.per_client],
                     }
                     cell["runs"].append(run)
+                    if args.out:
+                        Path(args.out).write_text(json.dumps({**report, "partial": cell}, indent=1, default=float))
                     print(
                         f"  {protocol:>9} seed {seed}: AdaFGL {100 * run['adafgl_test_acc']:.1f}  "
                         f"FedAvg-GCN {100 * run['fedavg_test_acc_last']:.1f}  ({res.seconds:.0f}s)",

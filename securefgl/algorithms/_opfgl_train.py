@@ -14,6 +14,7 @@ import copy
 import functools
 import inspect
 import math
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -148,7 +149,12 @@ class LocalGraph:
     """
 
     def __init__(
-        self, x: Tensor, edge_index: Tensor, edge_weight: Tensor | None = None, *, sparse_threshold: float = 0.1
+        self,
+        x: Tensor,
+        edge_index: Tensor,
+        edge_weight: Tensor | None = None,
+        *,
+        sparse_threshold: float = 0.1,
     ) -> None:
         self.x = x
         self.edge_index = edge_index
@@ -161,14 +167,16 @@ class LocalGraph:
             from securefgl.algorithms._opfgl_client import gcn_operator
 
             op = gcn_operator(self.edge_index, self.x.size(0), edge_weight=self.edge_weight)
-            adj, adj_t = op.to_sparse_csr(), op.t().coalesce().to_sparse_csr()
-            density = float((self.x != 0).sum()) / max(1, self.x.numel())
-            if density <= self._threshold and self.x.device.type == "cpu":
-                xs = self.x.to_sparse_csr()
-                xt = self.x.t().contiguous().to_sparse_csr()
-                self._ops = (adj, adj_t, xs, xt)
-            else:
-                self._ops = (adj, adj_t, None, None)
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+                adj, adj_t = op.to_sparse_csr(), op.t().coalesce().to_sparse_csr()
+                density = float((self.x != 0).sum()) / max(1, self.x.numel())
+                if density <= self._threshold and self.x.device.type == "cpu":
+                    xs = self.x.to_sparse_csr()
+                    xt = self.x.t().contiguous().to_sparse_csr()
+                    self._ops = (adj, adj_t, xs, xt)
+                else:
+                    self._ops = (adj, adj_t, None, None)
         return self._ops
 
     @staticmethod

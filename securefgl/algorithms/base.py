@@ -34,9 +34,17 @@ The server sees sums only, by construction:
 * What clients send is declared up front by a ``SumSchema`` (names, shapes, public bounds); weighted
   averages are sent as numerator and denominator blocks and divided after aggregation.
 
-Worked example (FedAvg in a dozen lines; the real one is :mod:`securefgl.algorithms.fedavg`):
+Worked example: FedAvg in thirty lines (the real, batched one is :mod:`securefgl.algorithms.fedavg`;
+this block is executed by the test suite):
 
 .. code-block:: python
+
+    import torch
+    import torch.nn.functional as F
+
+    from securefgl.algorithms import Algorithm, register_algorithm
+    from securefgl.protocols.encoding import BlockSpec, SumSchema
+
 
     @register_algorithm
     class TinyFedAvg(Algorithm):
@@ -49,23 +57,28 @@ Worked example (FedAvg in a dozen lines; the real one is :mod:`securefgl.algorit
         def initial_broadcast(self, server):
             return dict(server["params"])
 
-        def schema(self, rs):
-            shapes = {k: tuple(v.shape) for k, v in rs.broadcast.items()}
-            bound = self.setting.count_bound * 8.0
-            blocks = [BlockSpec(f"num.{k}", s, bound=bound) for k, s in shapes.items()]
+        def schema(self, rs):  # public: names, shapes, bounds
+            bound = self.setting.count_bound * 8.0  # n_k <= count_bound, |w| <= 8
+            blocks = [BlockSpec(f"num.{k}", tuple(v.shape), bound=bound) for k, v in rs.broadcast.items()]
             blocks.append(BlockSpec("den", (1,), kind="count", bound=self.setting.count_bound))
             return SumSchema(blocks, max_clients=self.setting.num_clients)
 
         def client_step(self, client, rs):
             model = self.setting.make_model()
             model.load_state_dict(rs.broadcast)
-            client.record_loss(train_locally(model, client.data, self.setting.train))
-            n = int(client.data.train_mask.sum())
-            out = {f"num.{k}": n * v.clamp(-8, 8) for k, v in model.state_dict().items()}
+            d, m, n = client.data, client.data.train_mask, client.num_train
+            opt = torch.optim.Adam(model.parameters(), lr=self.setting.train.lr)
+            for _ in range(self.setting.train.local_epochs if n else 0):
+                opt.zero_grad()
+                loss = F.cross_entropy(model(d.x, d.edge_index)[m], d.y[m])
+                loss.backward()
+                opt.step()
+                client.record_loss(loss.detach())
+            out = {f"num.{k}": n * v.detach().clamp(-8, 8) for k, v in model.state_dict().items()}
             out["den"] = torch.tensor([n])
-            return out
+            return out  # numerator n_k * w_k and denominator n_k: divided after the sum
 
-        def server_step(self, server, sums, rs):
+        def server_step(self, server, sums, rs):  # sums: Sums, nothing else
             den = float(sums["den"][0])
             server["params"] = {k: sums[f"num.{k}"] / den for k in server["params"]}
             return dict(server["params"])
@@ -76,6 +89,8 @@ Worked example (FedAvg in a dozen lines; the real one is :mod:`securefgl.algorit
             model.eval()
             with torch.no_grad():
                 return {c.id: model(c.data.x, c.data.edge_index) for c in clients}
+
+    # securefgl.run({"algorithm": {"name": "tiny-fedavg"}, "protocol": {"name": "secagg"}})
 
 The engine then runs, per round ``r`` of each ``rounds`` phase::
 

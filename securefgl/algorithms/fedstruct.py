@@ -90,6 +90,8 @@ class FedStruct(Algorithm):
     """FedStruct-B with the decoupled GCN and FedSGD (see the module docstring)."""
 
     name = "fedstruct"
+    #: Clients need their inter-client edges (``attach_cross_edges(fg)`` before the run; see the report).
+    needs_cross_edges = True
 
     @dataclass(frozen=True)
     class Options:

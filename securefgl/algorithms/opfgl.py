@@ -112,6 +112,10 @@ class OPFGLOptions:
         min_class_count: Server-side threshold: a released class with fewer than this many nodes in total
             (``A^c``) is skipped like a withheld one (spec §3 "small classes"); 0 keeps all. (default: ``0``)
         precision: Fixed-point step of the real blocks (secure protocols). (default: ``2**-24``)
+        grid_upload: Round the uploaded real sums to that public grid on the client (deterministic, error
+            at most half a step per entry), so that every protocol releases bit-identical sums and runs under
+            plaintext and secure aggregation give identical results; ``False`` leaves the quantisation to
+            the protocol (unbiased stochastic rounding). (default: ``True``)
         variance_denominator: ``"contributors"`` (``A - M``, paper/code) or ``"unbiased"`` (``A - 1``).
         nodes_per_class: Pseudo nodes per class ``n'_c`` (``ipc``). (default: ``1``)
         rate: If set, ``n'_c = ceil(rate * O^c)`` instead (``p``). (default: ``None``)
@@ -153,6 +157,7 @@ class OPFGLOptions:
     min_class_contributors: int = 2
     min_class_count: int = 0
     precision: float = 2.0**-24
+    grid_upload: bool = True
     variance_denominator: Literal["contributors", "unbiased"] = "contributors"
     nodes_per_class: int = 1
     rate: float | None = None
@@ -425,7 +430,15 @@ class OPFGL(Algorithm):
         st["clip_rate"] = stats.clip_rate
         st["reliable"] = int(stats.reliable.sum())
         st["uploaded_classes"] = [int(c) for c in torch.nonzero(stats.sums["contrib"]).flatten()]
-        return {k: v.cpu() for k, v in stats.sums.items()}
+        out = {k: v.cpu() for k, v in stats.sums.items()}
+        if o.grid_upload:
+            # Round the real blocks to the schema's public fixed-point grid (round to nearest). On-grid
+            # values are encoded exactly by every protocol and their sum is exact in float64, so plaintext,
+            # secagg, secagg+ and ckks release bit-identical sums and the run does not depend on the protocol.
+            steps = self.build_schema().steps
+            for name in ("sum", "sumsq"):
+                out[name] = torch.round(out[name] / steps[name]) * steps[name]
+        return out
 
     # ------------------------------------------------------------------ server side ---------------------
 

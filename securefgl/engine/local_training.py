@@ -31,14 +31,17 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from securefgl.algorithms.base import Client
 from securefgl.engine.optim import OptimizerStore, StackedOptimizer
 from securefgl.nn.batched import GraphBatch
+
+if TYPE_CHECKING:
+    from securefgl.algorithms.base import Client
 
 __all__ = [
     "TrainedClients",

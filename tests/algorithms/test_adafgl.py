@@ -374,7 +374,7 @@ def test_local_personalization_learns_on_toy_graph():
         p_hat[torch.arange(40), y] = 0.7
         flip = torch.arange(40) % 5 == 0
         p_hat[flip] = p_hat[flip].flip(1)
-        opts = AdaFGLOptions(epochs=60, hidden=16)
+        opts = AdaFGLOptions(epochs=40, hidden=16)
         res = local_personalization(
             x, ei, y, masks, p_hat, p_hat.log(), opts, num_classes=2, generator=_gen()
         )
@@ -730,3 +730,40 @@ def test_batched_step2_equals_one_client_path(overrides, sparse_x):
         assert torch.allclose(one.outcome.probs, many.outcome.probs, atol=1e-5), overrides
         assert one.outcome.history == pytest.approx(many.outcome.history, abs=1e-6)
         assert one.outcome.best_epoch == many.outcome.best_epoch
+
+
+def test_registry_and_combinations():
+    from securefgl.algorithms.registry import find_problems, get_algorithm
+
+    from securefgl.algorithms.adafgl import AdaFGL
+
+    assert get_algorithm("AdaFGL") is AdaFGL
+    assert find_problems("adafgl", "secagg", "gcn", "cora", options={"alpha": 0.3}) == []
+    problems = find_problems("adafgl", "secagg+dp", "gcn", "cora")
+    assert problems and "differential privacy" in str(problems[0])
+    bad = find_problems("adafgl", "secagg", "gcn", "cora", options={"combine": "sometimes"})
+    assert bad and "combine" in str(bad[0])
+
+
+def test_client_report_has_homophily_and_hcs():
+    from securefgl.algorithms.base import Client, Setting
+    from securefgl.algorithms.registry import create_algorithm
+    from securefgl.engine.runner import run_seed
+
+    fg = _fed_graph()
+    res = run_seed(_run_config("plaintext", 2, {"epochs": 3, "hidden": 8}), fg, 0, torch.device("cpu"))
+    assert res.final.phase == "personalize"
+    cfg = _run_config("plaintext", 2)
+    setting = Setting(fg.num_features, fg.num_classes, fg.num_clients, fg.num_nodes, fg.num_nodes, cfg.model,
+                      cfg.train, max_clients_per_round=fg.num_clients)
+    algo = create_algorithm("adafgl", setting, {"epochs": 2, "hidden": 8})
+    clients = [Client(i, d, _gen(i), workspace={"generator": _gen(5)}) for i, d in enumerate(fg.clients)]
+    server = algo.init_server(_gen(1))
+    from securefgl.algorithms.base import Phase
+
+    algo.personalize_clients(clients, algo.initial_broadcast(server), Phase("personalize", kind="local"))
+    rep = algo.client_report(clients[0])
+    for key in ("num_nodes", "num_edges", "isolated_nodes", "label_histogram", "node_homophily", "edge_homophily",
+                "class_homophily", "hcs"):
+        assert key in rep
+    assert 0.0 <= rep["hcs"] <= 1.0 and sum(rep["label_histogram"]) == clients[0].num_nodes

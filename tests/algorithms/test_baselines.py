@@ -129,3 +129,60 @@ def test_local_models_differ_per_client():
     assert not torch.allclose(first[0], first[1])
     scores = alg.evaluate(clients, {}, rs)
     assert all(scores[c.id].shape == (c.num_nodes, 3) for c in clients)
+
+
+def test_registry_refuses_silent_overwrite_and_lists_valid_names():
+    from securefgl.algorithms import Algorithm, available_algorithms, register_algorithm
+
+    assert {"fedavg", "fedprox", "local", "centralized"} <= set(available_algorithms())
+    assert get_algorithm("FedAvg") is get_algorithm("fedavg")
+
+    class Impostor(Algorithm):
+        name = "fedavg"
+
+    with pytest.raises(ConfigError, match="already registered"):
+        register_algorithm(Impostor)
+    assert get_algorithm("fedavg").__name__ == "FedAvg"
+    with pytest.raises(ConfigError, match=r"unknown algorithm 'fedavgg'; valid choices: .*fedavg"):
+        get_algorithm("fedavgg")
+
+    class Nameless(Algorithm):
+        pass
+
+    with pytest.raises(ConfigError, match="no `name`"):
+        register_algorithm(Nameless)
+
+
+def test_phases_declare_the_shape_of_a_run():
+    from securefgl.algorithms import Phase
+
+    alg, _ = _setup("fedavg", {"finetune_epochs": 2}, rounds=7)
+    phases = alg.phases(alg.setting.train)
+    assert [(p.name, p.kind, p.rounds) for p in phases] == [
+        ("train", "rounds", 7),
+        ("finetune", "local", None),
+    ]
+    with pytest.raises(ConfigError, match="kind"):
+        Phase("x", kind="sometimes")
+
+
+def test_the_worked_example_in_the_algorithm_docstring_runs_under_secagg():
+    import re
+
+    import securefgl.algorithms.base as base
+
+    code = re.search(r"\.\. code-block:: python\n\n(.*?)\n    # securefgl\.run", base.__doc__, re.S).group(1)
+    namespace: dict = {}
+    exec(compile("\n".join(line[4:] for line in code.splitlines()), "worked-example", "exec"), namespace)
+    res = securefgl.run(
+        {
+            "dataset": {"name": "csbm", "csbm": {"num_nodes": 400, "num_classes": 3, "num_features": 8}},
+            "partition": {"clients": 4, "cache": False},
+            "algorithm": {"name": "tiny-fedavg"},
+            "protocol": {"name": "secagg"},
+            "train": {"rounds": 3},
+            "output": {"save": False},
+        }
+    )
+    assert res.seeds[0].final.overall["test_acc"] > 0.4
+    assert res.seeds[0].bytes_up > 0

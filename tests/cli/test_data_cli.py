@@ -22,7 +22,17 @@ def test_help_lists_data_commands() -> None:
 def test_datasets_json(data_root) -> None:
     result = runner.invoke(
         app,
-        ["datasets", "cora", "minesweeper", "chameleon", "PubMed", "csbm", "--json", "--root", str(data_root)],
+        [
+            "datasets",
+            "cora",
+            "minesweeper",
+            "chameleon",
+            "PubMed",
+            "csbm",
+            "--json",
+            "--root",
+            str(data_root),
+        ],
     )
     assert result.exit_code == 0, result.output
     rows = {r["name"]: r for r in json.loads(result.output)}
