@@ -14,6 +14,7 @@ import securefgl.algorithms.centralized  # noqa: F401, E402
 import securefgl.algorithms.fedavg  # noqa: F401, E402
 import securefgl.algorithms.fedprox  # noqa: F401, E402
 import securefgl.algorithms.fedspray  # noqa: F401, E402
+import securefgl.algorithms.fedstruct  # noqa: F401, E402
 import securefgl.algorithms.local  # noqa: F401, E402
 import securefgl.algorithms.opfgl  # noqa: F401, E402
 from securefgl.algorithms.base import (

@@ -347,11 +347,9 @@ def _print_table(result: Any) -> None:
         m, s = summ[key]["mean"], summ[key]["std"]
         if math.isnan(m):
             return "-"
-        return (
-            (fmt.format(scale * m) + " ± " + fmt.format(scale * s))
-            if len(seeds) > 1
-            else fmt.format(scale * m)
-        )
+        if len(seeds) == 1 or fmt.format(scale * s) == fmt.format(0.0):
+            return fmt.format(scale * m)
+        return fmt.format(scale * m) + " ± " + fmt.format(scale * s)
 
     overall = Table(title="Overall (node-weighted over clients; mean ± std over seeds)")
     overall.add_column("metric")

@@ -309,6 +309,10 @@ def _run(
         return g
 
     workspace: dict[str, Any] = {"generator": torch_gen(s_work, device)}
+    if getattr(algorithm, "needs_cross_edges", False):
+        from securefgl.algorithms.fedstruct import attach_cross_edges
+
+        fg = attach_cross_edges(fg)
     clients = [
         Client(i, data.to(device), torch_gen(ss, device), workspace=workspace)
         for i, (data, ss) in enumerate(zip(fg.clients, s_clients.spawn(k_all), strict=True))
