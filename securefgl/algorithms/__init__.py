@@ -12,6 +12,7 @@ from __future__ import annotations
 import securefgl.algorithms.adafgl  # noqa: F401, E402
 import securefgl.algorithms.centralized  # noqa: F401, E402
 import securefgl.algorithms.fedavg  # noqa: F401, E402
+import securefgl.algorithms.fedlog  # noqa: F401, E402
 import securefgl.algorithms.fedprox  # noqa: F401, E402
 import securefgl.algorithms.fedspray  # noqa: F401, E402
 import securefgl.algorithms.fedstruct  # noqa: F401, E402
