@@ -20,8 +20,6 @@ from securefgl.protocols.registry import (
     register_protocol,
 )
 
-HAS_DP = importlib.util.find_spec("securefgl.protocols.dp") is not None
-
 
 @pytest.fixture(autouse=True)
 def _restore_registry() -> Iterator[None]:
@@ -187,15 +185,6 @@ def test_dp_options_need_dp_name() -> None:
         get_protocol("testsum", dp_epsilon=1.0)
 
 
-@pytest.mark.skipif(HAS_DP, reason="checks the error while dp.py is absent")
-def test_dp_suffix_without_dp_module_is_a_clear_error() -> None:
-    register_protocol(SummingProtocol)
-    with pytest.raises(ConfigError, match=r"needs the DP wrapper securefgl.protocols.dp.DistributedDP"):
-        get_protocol("testsum+dp")
-    assert not any(n.endswith("+dp") for n in available_protocols())
-
-
-@pytest.mark.skipif(not HAS_DP, reason="dp.py not present")
 def test_dp_suffix_wraps_the_base_protocol() -> None:
     from securefgl.protocols.dp import DistributedDP
 
