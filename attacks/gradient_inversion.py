@@ -405,7 +405,7 @@ def recover_label_counts(
     p = (
         torch.full((num_classes,), 1.0 / num_classes, dtype=torch.float64)
         if mean_prediction is None
-        else mean_prediction.detach().to(torch.float64).flatten()
+        else mean_prediction.detach().cpu().to(torch.float64).flatten()
     )
     g = -db / (recipe.lr * recipe.epochs)
     if recipe.optimizer == "sgd":
@@ -470,7 +470,7 @@ def _first_layer_bias(model: torch.nn.Module, weight: str) -> str | None:
 def bias_candidates(
     update: ModelUpdate, model: torch.nn.Module, num_features: int, *, tol: float = 1e-4
 ) -> tuple[Tensor, Tensor]:
-    """Rows :math:`\Delta W_1[h] / \Delta b_1[h]` of the first layer and how often each one repeats.
+    r"""Rows :math:`\Delta W_1[h] / \Delta b_1[h]` of the first layer and how often each one repeats.
 
     For a unit :math:`h` of a first layer :math:`W_1 x + b_1` the update is
     :math:`\Delta W_1[h] = -\eta\sum_{t,i} \delta_{i,h,t}\, x_i` and :math:`\Delta b_1[h] =
@@ -553,8 +553,8 @@ def _objective(sim: dict[str, Tensor], obs: dict[str, Tensor], keys: Sequence[st
     return ((a - b) ** 2).sum() / (b.pow(2).sum() + 1e-30)
 
 
-def _labels_from_counts(counts: Tensor) -> Tensor:
-    return torch.repeat_interleave(torch.arange(counts.numel()), counts.cpu().long())
+def _labels_from_counts(counts: Tensor, device: torch.device | None = None) -> Tensor:
+    return torch.repeat_interleave(torch.arange(counts.numel()), counts.cpu().long()).to(device or "cpu")
 
 
 def invert_update(
@@ -569,6 +569,7 @@ def invert_update(
     config: InversionConfig | None = None,
     generator: torch.Generator | None = None,
     progress: Callable[[int, int], None] | None = None,
+    device: torch.device | str = "cpu",
 ) -> Reconstruction:
     """Reconstruct the training nodes (labels and features) behind ``update``.
 
@@ -585,6 +586,7 @@ def invert_update(
         config: Reconstruction settings (default: :class:`InversionConfig`).
         generator: Seeds the random starts (default: a fixed seed 0: the attack is deterministic).
         progress: Called as ``progress(done, total)`` after every restart.
+        device: Where the simulation runs (``"cuda"`` on a GPU); results come back on the CPU.
 
     Raises:
         AttackNotApplicableError: the update does not match the architecture, or the receptive field is
@@ -599,8 +601,10 @@ def invert_update(
         raise AttackNotApplicableError(
             f"the update does not match the {type(model).__name__} architecture: missing {missing[:4]}"
         )
-    obs = {k: update.delta[k].detach().to(torch.float32) for k in keys}
-    base = {k: update.base[k].detach().to(torch.float32) for k in keys}
+    dev = torch.device(device)
+    model = model.to(dev)
+    obs = {k: update.delta[k].detach().to(dev, torch.float32) for k in keys}
+    base = {k: update.base[k].detach().to(dev, torch.float32) for k in keys}
     if not all(torch.isfinite(v).all() for v in obs.values()):
         raise AttackNotApplicableError("the update holds non-finite values")
     firsts = _first_layer_weights(model, num_features)
@@ -629,18 +633,20 @@ def invert_update(
             raise AttackNotApplicableError(
                 f"the receptive field holds {subset.numel()} nodes > max_unknown_nodes={cfg.max_unknown_nodes}"
             )
-        edge_index, train_rows, rows, graph_used = sub_ei, mapping, int(subset.numel()), True
+        edge_index, train_rows, rows, graph_used = sub_ei.to(dev), mapping.to(dev), int(subset.numel()), True
+    train_rows = train_rows.to(dev)
 
     support, basis = _support_and_basis(update, firsts, num_features, rows, cfg, recipe)
     if graph_used:
         basis = None  # the row space bounds the aggregated rows, not every node of the receptive field
-    mask = support.to(torch.float32) if support is not None else None
-    anchors = torch.empty(0, num_features)
-    pool = torch.empty(0, num_features)
+    mask = support.to(dev, torch.float32) if support is not None else None
+    basis = basis.to(dev) if basis is not None else None
+    anchors = torch.empty(0, num_features, device=dev)
+    pool = torch.empty(0, num_features, device=dev)
     if cfg.anchors and not graph_used and recipe.optimizer == "sgd":
         cand, reps = bias_candidates(update, model, num_features)
-        anchors = cand[reps >= 2][:rows]
-        pool = cand[reps < 2]
+        anchors = cand[reps >= 2][:rows].to(dev)
+        pool = cand[reps < 2].to(dev)
 
     counts = recover_label_counts(update, model, recipe, num_classes, num_nodes=n)
     joint = cfg.labels == "joint"
@@ -651,7 +657,8 @@ def invert_update(
 
     def attempt(restarts: int, counts: Tensor | None, anchors: Tensor) -> tuple[float, Tensor, Tensor]:
         nonlocal done
-        fixed = None if counts is None else F.one_hot(_labels_from_counts(counts), num_classes).to(torch.float32)
+        fixed = (None if counts is None
+                 else F.one_hot(_labels_from_counts(counts, dev), num_classes).to(torch.float32))
         best: tuple[float, Tensor | None, Tensor | None] = (math.inf, None, None)
         for _ in range(restarts):
             x, y_soft = _optimise(model, base, obs, keys, recipe, fixed, n, num_classes, rows, num_features,
@@ -684,7 +691,7 @@ def invert_update(
         anchors = min(trials, key=lambda t: t[0])[1]
     if joint:
         value, x_full, labels = attempt(cfg.restarts, None, anchors)
-        counts = torch.bincount(labels, minlength=num_classes)
+        counts = torch.bincount(labels.cpu(), minlength=num_classes)
     else:
         # iDLG counts need the mean prediction p-bar; estimate it on quick reconstructions until stable.
         for _ in range(passes):
@@ -698,9 +705,9 @@ def invert_update(
         total = done + cfg.restarts
         value, x_full, labels = attempt(cfg.restarts, counts, anchors)
     return Reconstruction(
-        x=x_full[train_rows].detach().clone(),
-        y=labels.clone(),
-        label_counts=counts,
+        x=x_full[train_rows].detach().cpu().clone(),
+        y=labels.cpu().clone(),
+        label_counts=counts.cpu(),
         objective=value,
         graph_used=graph_used,
         seconds=time.perf_counter() - t0,
@@ -717,7 +724,7 @@ def model_forward(model: torch.nn.Module, params: Mapping[str, Tensor], x: Tenso
     was = model.training
     model.eval()
     try:
-        ei = _EMPTY_EDGES if edge_index is None else edge_index
+        ei = _EMPTY_EDGES.to(x.device) if edge_index is None else edge_index
         return functional_call(model, {k: v.to(x.dtype) for k, v in params.items()}, (x, ei))
     finally:
         model.train(was)
@@ -751,17 +758,18 @@ def _optimise(
     dim = basis.shape[0] if basis is not None else num_features
     k = int(anchors.shape[0])
     free = rows - k
-    init = torch.randn(free, dim, generator=gen)
+    dev = obs[keys[0]].device
+    init = torch.randn(free, dim, generator=gen).to(dev)
     if basis is None and cfg.prior in ("nonneg", "binary"):
         init = init.abs() * 0.5
     if pool.shape[0] and free:
         # start the free rows at candidate rows of the first layer (weighted means of true inputs)
-        pick = torch.randperm(pool.shape[0], generator=gen)[:free]
+        pick = torch.randperm(pool.shape[0], generator=gen)[:free].to(dev)
         start = pool[pick] @ basis.T if basis is not None else pool[pick]
         init[: start.shape[0]] = start
     var = init.clone().requires_grad_(True)
     fixed_rows = anchors.to(torch.float32)
-    lab = (0.01 * torch.randn(n, num_classes, generator=gen)).requires_grad_(True)
+    lab = (0.01 * torch.randn(n, num_classes, generator=gen)).to(dev).requires_grad_(True)
 
     def features() -> Tensor:
         x = var @ basis if basis is not None else var

@@ -2,8 +2,9 @@
 
 On one graph (Cora, GCN hidden 64, Metis partitions into K clients), for E local epochs:
 
-(a) one FedAvg round: the K clients' local training, batched (``FedAvg.client_steps``: training plus
-    building the numerator/denominator uploads), and the same plus the plaintext sum and the server step;
+(a) one FedAvg round in steady state (clients keep their optimiser state, the default): the K clients'
+    local training, batched; the same plus building the numerator/denominator uploads
+    (``FedAvg.client_steps``); and that plus the plaintext sum and the server step;
 (b) E epochs of Centralized training on the whole graph (one model, PyG GCNConv layers);
 (c) the optimiser step alone over all K clients' parameters, E times (the state-update floor: every client
     owns a model copy, so this part grows with K);
@@ -31,7 +32,7 @@ from securefgl.algorithms.base import Client, RoundState, Setting
 from securefgl.algorithms.registry import create_algorithm
 from securefgl.data import load_dataset, partition_graph
 from securefgl.engine.config import TrainConfig
-from securefgl.engine.device import resolve_device
+from securefgl.engine.device import resolve_device, tune_cpu_allocator
 from securefgl.engine.local_training import train_clients, train_clients_sequential
 from securefgl.engine.optim import StackedOptimizer
 from securefgl.nn import ModelSpec
@@ -63,7 +64,13 @@ def main() -> None:
     ap.add_argument("--device", default="auto")
     ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: leave as is)")
     ap.add_argument("--root", default=None, help="data root holding Cora (default: $SECUREFGL_DATA)")
+    ap.add_argument(
+        "--no-tune-allocator",
+        action="store_true",
+        help="leave glibc's mmap threshold alone (securefgl run tunes it; see engine.device.tune_cpu_allocator)",
+    )
     args = ap.parse_args()
+    tuned = False if args.no_tune_allocator else tune_cpu_allocator()
     if args.threads:
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
@@ -74,7 +81,8 @@ def main() -> None:
     print(
         f"device {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'CPU'}), "
         f"torch threads {torch.get_num_threads()}, Cora GCN hidden {spec.hidden}, dropout {spec.dropout}, "
-        f"E = {epochs} local epochs, Adam, best of {args.repeats}"
+        f"E = {epochs} local epochs, Adam, best of {args.repeats}, "
+        f"CPU allocator {'tuned' if tuned else 'default'} (applies to every column)"
     )
 
     # (b) centralized: E epochs on the whole graph
@@ -130,7 +138,14 @@ def measure(k: int, data, spec, train, device, epochs: int, args) -> tuple:
 
     def batched_training() -> None:
         train_clients(
-            model, clients, broadcast, epochs=epochs, lr=0.01, generator=ws["generator"], batch_order=True
+            model,
+            clients,
+            broadcast,
+            epochs=epochs,
+            lr=0.01,
+            generator=ws["generator"],
+            batch_order=True,
+            state_key="bench",  # steady state: clients keep their optimiser state, as FedAvg does by default
         )
 
     def batched_round_with_uploads() -> None:

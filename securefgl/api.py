@@ -159,6 +159,10 @@ def run(
         dropout=cfg.protocol.dropout,
     )
     device = resolve_device(cfg.device)
+    if cfg.threads is not None:
+        import torch
+
+        torch.set_num_threads(cfg.threads)
     fg = load_federated_graph(cfg)
     cfg.train.clients_in_round(fg.num_clients)
     graph = {

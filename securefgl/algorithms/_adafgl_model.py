@@ -252,9 +252,9 @@ class LearnableMessagePassing(nn.Module):
         H_{neg} = \mathrm{softmax}_{row}(\mathrm{PReLU}_-(-R_s) H_m),\quad
         H_m' = \tfrac12\big((H_{pos} - H_{neg}) + H_m\big)
 
-    Dense over all :math:`N^2` pairs when ``support`` is ``None``; otherwise restricted to the given
-    sparse support (the large-client variant, :math:`O(|\Omega| C)` memory, mean and max over
-    :math:`\Omega`), which equals the dense form when :math:`\Omega` holds every pair.
+    Dense over all :math:`N^2` pairs when :math:`\tilde P^{(0)}` is a dense matrix; when it is sparse, restricted
+    to its pattern :math:`\Omega` plus the diagonal (the large-client variant: :math:`O(|\Omega| C)` memory,
+    mean and max over :math:`\Omega`), which equals the dense form when :math:`\Omega` holds every pair.
 
     Args:
         beta: weight of :math:`\tilde P^{(0)}` (default: 0.2).

@@ -13,8 +13,8 @@ only a numerator and a denominator, which the protocol sums:
     U = \sum_{i \in S_t} u_i, \qquad
     \tilde W^{t+1} = \frac{\sum_i n_i W_i^t}{\sum_i n_i} \quad \text{(eq. 4)}
 
-with :math:`n_i = |V_i|` (spec §7.6). The server sees :math:`U` only. This is the engine's FedAvg step,
-reused as is.
+with :math:`n_i = |V_i|` (spec §7.6). The server sees :math:`U` only. This is the engine's FedAvg (schema,
+batched local training, server step) with the node-count weight of eq. (4).
 
 **Step 2** (§2.2, Alg. 2) runs on every client with the final broadcast :math:`\tilde W^{T+1}` and sends
 nothing (its transcript is empty):
@@ -35,9 +35,19 @@ where :math:`B` is the binarised cosine similarity of predicted class distributi
 :math:`H_f = \mathrm{MLP}_f(X)`, :math:`\tilde H_{he} = \mathrm{MLP}_{he}(X_s)` and :math:`H_m` is the learnable
 message passing of eqs. (11)-(12) (see :class:`~securefgl.algorithms._adafgl_model.LearnableMessagePassing`).
 
+Step 2 trains the K clients' personalised models together (batched over clients, each with its own
+parameters, optimiser state, HCS and best epoch) when ``train.batched`` is on, and one client at a time
+otherwise; clients above ``dense_max_nodes`` always run alone with sparse similarity and message passing.
+
+Security:
+    The server sees, per round, only :math:`\sum_i n_i \mathrm{clip}_B(W_i)` and :math:`\sum_i n_i` (released by
+    the protocol) and broadcasts their ratio. Step 2 sends nothing: :math:`\hat P_i`, :math:`\tilde P_i`,
+    :math:`\mathrm{HCS}_i` and the personalised models never leave client :math:`i`. Not protected: the
+    broadcast extractor itself (the sum), and per-client diagnostics a simulation chooses to print.
+
 Shapes:
-    per client: ``x`` ``(N_k, F)``, ``edge_index`` ``(2, E_k)``; uploads ``num.*`` (the GCN parameters times
-    :math:`n_k`) and ``den`` ``(1,)``; step 2 predictions ``(N_k, C)``.
+    per client: ``x`` ``(N_k, F)``, ``edge_index`` ``(2, E_k)``; uploads one block ``w.<name>`` per GCN
+    parameter tensor (its shape, times :math:`n_k`) and ``n`` ``(1,)``; step 2 predictions ``(N_k, C)``.
 """
 
 from __future__ import annotations

@@ -31,6 +31,7 @@ app = typer.Typer(
 import securefgl.cli.data_cmds  # noqa: E402, F401, I001
 import securefgl.cli.bench_cmd  # noqa: E402, F401, I001
 import securefgl.cli.run_cmd  # noqa: E402, F401, I001
+import securefgl.cli.audit_cmd  # noqa: E402, F401, I001
 # --- end command modules ---
 
 

@@ -84,6 +84,8 @@ def _build_overrides(**opts: Any) -> dict[str, Any]:
         o["seeds"] = _parse_seeds(opts["seeds"])
     if opts["device"] is not None:
         o["device"] = opts["device"]
+    if opts["threads"] is not None:
+        o["threads"] = opts["threads"]
     return o
 
 
@@ -117,6 +119,12 @@ def run_command(
         Path | None, typer.Option("--config", help="Run config file (TOML/YAML/JSON); options override it.")
     ] = None,
     device: Annotated[str | None, typer.Option(help="auto, cpu, cuda or cuda:<i>. (default: auto)")] = None,
+    threads: Annotated[
+        int | None,
+        typer.Option(
+            help="CPU threads for tensor operations; 1 is often fastest on a busy machine. (default: torch's)"
+        ),
+    ] = None,
     dropout: Annotated[
         float | None,
         typer.Option(
@@ -190,6 +198,7 @@ def _run(opts: dict[str, Any]) -> None:
         output=str(opts["output"]) if opts["output"] is not None else None,
         seeds=opts["seeds"],
         device=opts["device"],
+        threads=opts["threads"],
     )
     if opts["set_"]:
         overrides = merge(overrides, parse_overrides(opts["set_"]))
@@ -209,7 +218,9 @@ def _run(opts: dict[str, Any]) -> None:
     )
 
     import securefgl
+    from securefgl.engine.device import tune_cpu_allocator
 
+    tune_cpu_allocator()  # large batched-training buffers: avoid a page fault storm per epoch (Linux glibc)
     quiet, as_json = opts["quiet"], opts["as_json"]
     if quiet or as_json:
         result = securefgl.run(cfg)

@@ -38,7 +38,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from securefgl.engine.optim import OptimizerStore, StackedOptimizer
-from securefgl.nn.batched import GraphBatch
+from securefgl.nn.batched import GradSink, GraphBatch
 
 if TYPE_CHECKING:
     from securefgl.algorithms.base import Client
@@ -211,19 +211,27 @@ def train_clients(
     if prox_mu > 0 and not center:
         raise ValueError("prox_mu > 0 needs prox_center")
     last = losses
-    for _ in range(epochs):
-        opt.zero_grad()
-        out = model.batched_forward(leaves, batch, training=True, generator=generator)
-        per_node = F.cross_entropy(out[rows], target, reduction="none")
-        per_client = torch.zeros(len(sub), dtype=per_node.dtype, device=per_node.device)
-        per_client = per_client.index_add(0, owner, per_node) / counts
-        objective = per_client.sum()
-        if prox_mu > 0:
-            prox = sum(((leaves[n] - center[n]) ** 2).sum() for n in leaves)
-            objective = objective + 0.5 * prox_mu * prox
-        objective.backward()
-        opt.step()
-        last = per_client.detach()
+    sink = GradSink([v for v in leaves.values() if v.dim() >= 3])
+    batch.grad_sink = sink
+    try:
+        for _ in range(epochs):
+            last = _epoch(
+                model,
+                leaves,
+                batch,
+                opt,
+                sink,
+                rows,
+                owner,
+                target,
+                counts,
+                len(sub),
+                prox_mu,
+                center,
+                generator,
+            )
+    finally:
+        batch.grad_sink = None
     if store is not None:
         store.scatter(batch_ids, *opt.state())
     del opt
@@ -243,6 +251,25 @@ def train_clients(
                     full[i] = initial(i)[n]
             result[n] = full
     return TrainedClients([c.id for c in clients], result, losses)
+
+
+def _epoch(
+    model, leaves, batch, opt, sink, rows, owner, target, counts, k, prox_mu, center, generator
+) -> Tensor:
+    """One full-batch epoch of every client at once; returns the per-client losses (before the step)."""
+    opt.zero_grad()
+    out = model.batched_forward(leaves, batch, training=True, generator=generator)
+    per_node = F.cross_entropy(out[rows], target, reduction="none")
+    per_client = torch.zeros(k, dtype=per_node.dtype, device=per_node.device)
+    per_client = per_client.index_add(0, owner, per_node) / counts
+    objective = per_client.sum()
+    if prox_mu > 0:
+        prox = sum(((leaves[n] - center[n]) ** 2).sum() for n in leaves)
+        objective = objective + 0.5 * prox_mu * prox
+    objective.backward()
+    sink.collect()
+    opt.step()
+    return per_client.detach()
 
 
 def train_clients_sequential(

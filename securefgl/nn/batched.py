@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["GraphBatch", "SparseOperator", "plan_buckets"]
+__all__ = ["GradSink", "GraphBatch", "SparseOperator", "plan_buckets"]
 
 
 def plan_buckets(sizes: Sequence[int], overhead: float) -> list[tuple[int, int]]:
@@ -92,6 +92,7 @@ class GraphBatch:
     row_client: Tensor
     masks: dict[str, Tensor]
     _cache: dict[Any, Any] = field(default_factory=dict, repr=False)
+    grad_sink: GradSink | None = field(default=None, repr=False)
 
     @property
     def num_graphs(self) -> int:
@@ -246,7 +247,7 @@ class GraphBatch:
         Returns:
             ``(P, F_out)``.
         """
-        return _BucketedLinear.apply(x, weight, bias, self.buckets, self.num_rows)
+        return _BucketedLinear.apply(x, weight, bias, self.buckets, self.num_rows, self.grad_sink)
 
     def per_row(self, values: Tensor) -> Tensor:
         """Broadcast per-client values ``(K, ...)`` to rows ``(P, ...)``."""
@@ -263,6 +264,50 @@ class GraphBatch:
         return res
 
 
+class GradSink:
+    """Reusable gradient buffers for stacked weights, so that training allocates no K-model gradient per epoch.
+
+    Without it, the backward of every per-client linear map allocates a fresh ``(K, F_out, F_in)`` gradient
+    each epoch; for large stacks the allocator serves it with a fresh ``mmap``, whose page faults can cost
+    more than the product itself. With a sink attached to the batch (:meth:`GraphBatch.linear` passes it on),
+    the backward writes into a buffer kept across epochs and hands autograd ``None`` for that weight; the
+    training loop then calls :meth:`collect` after ``backward()``, which adds any gradient autograd produced
+    for the same leaf by other uses (a proximal term, say) and installs the buffer as ``leaf.grad``.
+
+    Args:
+        leaves: The stacked leaf tensors whose gradients go through the sink (each may feed at most one
+            per-client linear map per forward pass).
+    """
+
+    def __init__(self, leaves: Sequence[Tensor]) -> None:
+        self._leaves = {id(t): t for t in leaves}
+        self._buffers: dict[int, Tensor] = {}
+        self._written: set[int] = set()
+
+    def accepts(self, weight: Tensor) -> bool:
+        return id(weight) in self._leaves and self._leaves[id(weight)] is weight
+
+    def buffer(self, weight: Tensor) -> Tensor:
+        key = id(weight)
+        if key in self._written:
+            raise RuntimeError("a stacked weight fed two per-client linear maps in one pass; detach the sink")
+        if key not in self._buffers:
+            self._buffers[key] = torch.empty_like(weight)
+        return self._buffers[key]
+
+    def written(self, weight: Tensor) -> None:
+        self._written.add(id(weight))
+
+    def collect(self) -> None:
+        """Install the buffers written in the last backward pass as the leaves' ``.grad``."""
+        for key in self._written:
+            leaf, buf = self._leaves[key], self._buffers[key]
+            if leaf.grad is not None and leaf.grad is not buf:
+                buf.add_(leaf.grad)
+            leaf.grad = buf
+        self._written.clear()
+
+
 class _BucketedLinear(torch.autograd.Function):
     """Per-client linear map over the buckets of a :class:`GraphBatch`, with a hand-written backward.
 
@@ -273,7 +318,13 @@ class _BucketedLinear(torch.autograd.Function):
 
     @staticmethod
     def forward(
-        ctx: Any, x: Tensor, weight: Tensor, bias: Tensor | None, buckets: list, num_rows: int
+        ctx: Any,
+        x: Tensor,
+        weight: Tensor,
+        bias: Tensor | None,
+        buckets: list,
+        num_rows: int,
+        sink: GradSink | None = None,
     ) -> Tensor:
         f_in, f_out = x.size(1), weight.size(1)
         out = x.new_empty(num_rows, f_out)
@@ -289,6 +340,8 @@ class _BucketedLinear(torch.autograd.Function):
         ctx.save_for_backward(x, weight)
         ctx.buckets = buckets
         ctx.has_bias = bias is not None
+        ctx.sink = sink if (sink is not None and sink.accepts(weight)) else None
+        ctx.weight_ref = weight if ctx.sink is not None else None
         return out
 
     @staticmethod
@@ -298,7 +351,9 @@ class _BucketedLinear(torch.autograd.Function):
         f_in, f_out = x.size(1), weight.size(1)
         grad = grad.contiguous()
         gx = torch.empty_like(x) if need_x else None
-        gw = torch.empty_like(weight) if need_w else None
+        gw = None
+        if need_w:
+            gw = ctx.sink.buffer(ctx.weight_ref) if ctx.sink is not None else torch.empty_like(weight)
         gb = weight.new_empty(weight.size(0), f_out) if (need_b and ctx.has_bias) else None
         for s, e, pad, off in ctx.buckets:
             rows = slice(off, off + (e - s) * pad)
@@ -309,7 +364,10 @@ class _BucketedLinear(torch.autograd.Function):
                 torch.bmm(g.transpose(1, 2), x[rows].view(e - s, pad, f_in), out=gw[s:e])
             if gb is not None:
                 torch.sum(g, dim=1, out=gb[s:e])
-        return gx, gw, gb, None, None
+        if ctx.sink is not None and gw is not None:
+            ctx.sink.written(ctx.weight_ref)
+            gw = None  # delivered through the sink, see GradSink
+        return gx, gw, gb, None, None, None
 
 
 class SparseOperator:

@@ -254,6 +254,36 @@ def test_hcs_is_seeded():
 # ---------------------------------------------------------------- learned modules -------------------
 
 
+@pytest.mark.parametrize("sparse", [False, True])
+def test_smoothed_input_factored_equals_materialised(sparse):
+    from securefgl.algorithms._adafgl_model import SmoothedFeatures, SmoothedInput
+
+    g = _gen(3)
+    x = torch.randn(9, 5, generator=g)
+    if sparse:
+        x = torch.where(x.abs() > 1.0, x, torch.zeros_like(x))
+        x[4] = 0.0  # a node without any feature
+    op = sym_normalize(adjacency(_undirected([(0, 1), (1, 2), (2, 3), (5, 6), (6, 7), (7, 5)]), 9))
+    feats = SmoothedFeatures(x, op, 3)
+    assert (feats._bags is not None) == sparse
+    dense = feats.dense()
+    assert torch.allclose(dense, smoothed_features(op, x, 3), atol=1e-6)
+    layer = SmoothedInput(5, 3, {"a": 4, "b": 6}, generator=_gen(0))
+    with torch.no_grad():
+        layer.bias.copy_(torch.randn(10, generator=g))
+    fact, mat = layer(feats), layer(dense)
+    for name, bias in (("a", layer.bias[:4]), ("b", layer.bias[4:])):
+        ref = dense @ layer.linear_weight(name).T + bias
+        assert torch.allclose(fact[name], ref, atol=1e-5)
+        assert torch.allclose(mat[name], ref, atol=1e-5)
+    # Gradients agree too.
+    fact["b"].square().sum().backward()
+    g1 = layer.weight.grad.clone()
+    layer.weight.grad = None
+    layer(dense)["b"].square().sum().backward()
+    assert torch.allclose(g1, layer.weight.grad, atol=1e-4)
+
+
 def test_scale_signed_by_hand_and_degenerate():
     r = torch.tensor([0.0, 1.0, 2.0, 3.0])  # mu = 1.5, max = 3
     assert torch.allclose(_scale_signed(r, False), torch.tensor([-1.0, -1 / 3, 1 / 3, 1.0]))
@@ -402,6 +432,18 @@ def test_local_personalization_degenerate_clients_never_nan():
                 x, edges, labels, m, p_hat, p_hat.log(), opts, num_classes=2, generator=_gen()
             )
             assert torch.isfinite(res.outcome.probs).all() and math.isfinite(res.hcs)
+    # The same degenerate clients trained together (batched path), and the literal eq. (6).
+    from securefgl.algorithms._adafgl_local import prepare_client, train_prepared
+
+    for opts in (AdaFGLOptions(epochs=4, hidden=8), AdaFGLOptions(epochs=4, hidden=8, eq6="literal")):
+        cases = ((empty, masks, y), (ei, no_train, y), (ei, masks, torch.zeros(12, dtype=torch.long)))
+        gens = [_gen(i) for i in range(3)]
+        prepared = [
+            prepare_client(x, e, lab, m, p_hat, p_hat.log(), opts, num_classes=2, generator=g)
+            for (e, m, lab), g in zip(cases, gens, strict=True)
+        ]
+        for r in train_prepared(prepared, opts, num_classes=2, generators=gens, batched=True):
+            assert torch.isfinite(r.outcome.probs).all() and math.isfinite(r.hcs)
     res = local_personalization(
         x,
         empty,

@@ -39,7 +39,14 @@ def test_default_synthetic_run_with_only_protocol(tmp_path, monkeypatch, data_ro
     assert metrics["summary"]["test_acc"]["mean"] > 0.8
 
 
-def test_cora_quiet_two_seeds(tmp_path, data_root):
+@pytest.fixture
+def keep_threads():
+    n = torch.get_num_threads()
+    yield
+    torch.set_num_threads(n)
+
+
+def test_cora_quiet_two_seeds(tmp_path, data_root, keep_threads):
     res = runner.invoke(
         app,
         [
@@ -57,6 +64,8 @@ def test_cora_quiet_two_seeds(tmp_path, data_root):
             "--seeds",
             "0,1",
             "--quiet",
+            "--threads",
+            "1",
             "--output",
             str(tmp_path / "cora"),
         ],
@@ -66,6 +75,8 @@ def test_cora_quiet_two_seeds(tmp_path, data_root):
     metrics = json.loads((tmp_path / "cora" / "metrics.json").read_text())
     assert [s["seed"] for s in metrics["seeds"]] == [0, 1]
     assert metrics["graph"]["name"] == "Cora" and metrics["graph"]["num_clients"] == 5
+    assert torch.get_num_threads() == 1
+    assert "threads = 1" in (tmp_path / "cora" / "config.toml").read_text()
 
 
 def test_json_output_for_pipelines(data_root):
