@@ -60,22 +60,41 @@ class RecordingProtocol(Protocol):
         context: bytes | Mapping[int, bytes] = b"",
     ) -> tuple[Sums, Transcript]:
         key = self._keys.pop(0) if self._keys else "main"
-        truth = {int(c): {k: torch.as_tensor(v).detach().cpu().clone() for k, v in x.items()}
-                 for c, x in contributions.items()}
+        truth = {
+            int(c): {k: torch.as_tensor(v).detach().cpu().clone() for k, v in x.items()}
+            for c, x in contributions.items()
+        }
         try:
             sums, transcript = self.inner.aggregate(
-                schema, contributions, dropouts=dropouts, round_index=round_index, recipient=recipient,
+                schema,
+                contributions,
+                dropouts=dropouts,
+                round_index=round_index,
+                recipient=recipient,
                 context=context,
             )
         except ProtocolError as exc:
             tr = getattr(exc, "transcript", None)
             if isinstance(tr, Transcript):
-                self.sink.append(AggregationRecord(key, self._phase, round_index, schema, self._broadcast, tr,
-                                                   None, recipient, truth, f"{type(exc).__name__}: {exc}"))
+                self.sink.append(
+                    AggregationRecord(
+                        key,
+                        self._phase,
+                        round_index,
+                        schema,
+                        self._broadcast,
+                        tr,
+                        None,
+                        recipient,
+                        truth,
+                        f"{type(exc).__name__}: {exc}",
+                    )
+                )
             raise
         self.sink.append(
-            AggregationRecord(key, self._phase, round_index, schema, self._broadcast, transcript, sums,
-                              recipient, truth)
+            AggregationRecord(
+                key, self._phase, round_index, schema, self._broadcast, transcript, sums, recipient, truth
+            )
         )
         return sums, transcript
 
@@ -168,10 +187,14 @@ def capture_run(
         algorithm.init_client(c)
     server = algorithm.init_server(torch_gen(s_server, torch.device("cpu")))
     broadcast = algorithm.initial_broadcast(server)
-    total = sum((p.rounds if p.rounds is not None else train.rounds) if p.kind == "rounds" else 1 for p in phases)
+    total = sum(
+        (p.rounds if p.rounds is not None else train.rounds) if p.kind == "rounds" else 1 for p in phases
+    )
     if max_rounds is not None:
-        total = sum(min(max_rounds, p.rounds if p.rounds is not None else train.rounds)
-                    if p.kind == "rounds" else 1 for p in phases)
+        total = sum(
+            min(max_rounds, p.rounds if p.rounds is not None else train.rounds) if p.kind == "rounds" else 1
+            for p in phases
+        )
     done = 0
     global_round = 0
     last_rs = None
@@ -193,8 +216,9 @@ def capture_run(
             rs = RoundState(phase.name, r, global_round, tuple(invited), broadcast, num_rounds)
             if protocol is not None:
                 protocol.set_round(phase.name, broadcast, [q.key for q in algorithm.requests(rs)])
-            rec = _round(algorithm, protocol, server, [clients[i] for i in invited], clients, rs, config,
-                         sampling_rng)
+            rec = _round(
+                algorithm, protocol, server, [clients[i] for i in invited], clients, rs, config, sampling_rng
+            )
             broadcast = rec.pop("broadcast")
             last_rs = rs
             global_round += 1

@@ -70,7 +70,8 @@ class AttackOutcome:
     Args:
         attack: Attack name (``"gradient-inversion"``, ``"label"``, ``"link-stealing"``, ...).
         protocol: Protocol the run used.
-        view: Adversary view name (``"server"``, ``"client:3"``, ``"server+clients[1, 2]"``).
+        view: Adversary kind (``"server"``, ``"client"``, ``"collusion"``); ``details["view"]`` names the
+            parties (``"client:3"``, ``"server+clients[1, 2]"``).
         status: ``"ok"``; ``"not_applicable"`` (refused before running, see ``reason``);
             ``"nothing_to_attack"`` (the view holds nothing usable); ``"refused"`` (a protocol defence
             refused the adversary's request, e.g. an inconsistent view was caught); ``"failed"``.

@@ -62,7 +62,9 @@ def context_digest(broadcast: Mapping[str, Tensor]) -> bytes:
 
 
 def _cos(a: Tensor, b: Tensor) -> float:
-    return float(F.cosine_similarity(a.flatten().to(torch.float64), b.flatten().to(torch.float64), dim=0, eps=1e-30))
+    return float(
+        F.cosine_similarity(a.flatten().to(torch.float64), b.flatten().to(torch.float64), dim=0, eps=1e-30)
+    )
 
 
 def _rel(a: Tensor, b: Tensor) -> float:
@@ -70,7 +72,9 @@ def _rel(a: Tensor, b: Tensor) -> float:
     return float((a.flatten().to(torch.float64) - b64).norm() / b64.norm().clamp(min=1e-30))
 
 
-def dead_first_layer(model: torch.nn.Module, params: Mapping[str, Tensor]) -> tuple[dict[str, Tensor], list[str]]:
+def dead_first_layer(
+    model: torch.nn.Module, params: Mapping[str, Tensor]
+) -> tuple[dict[str, Tensor], list[str]]:
     """A crafted copy of ``params`` whose first layer never fires: zero weights, bias -1 (ReLU is then 0).
 
     Returns:
@@ -184,13 +188,33 @@ def model_inconsistency_attack(
         sums, tr = protocol.aggregate(schema, contrib, round_index=round_index + 1, context=context)
     except ProtocolError as exc:
         excluded = dict(getattr(getattr(exc, "transcript", None), "excluded", {}) or {})
-        return InconsistencyResult(int(target), bind_context, f"{type(exc).__name__}: {exc}", False,
-                                   float("nan"), base_cos, float("nan"), base_err, blocks, excluded)
+        return InconsistencyResult(
+            int(target),
+            bind_context,
+            f"{type(exc).__name__}: {exc}",
+            False,
+            float("nan"),
+            base_cos,
+            float("nan"),
+            base_err,
+            blocks,
+            excluded,
+        )
     in_sum = target in tr.survivors
     got = torch.cat([sums[b].flatten() for b in blocks])
     refused = "" if in_sum else f"target excluded: {tr.excluded.get(target, 'not among the survivors')}"
-    return InconsistencyResult(int(target), bind_context, refused, in_sum, _cos(got, truth), base_cos,
-                               _rel(got, truth), base_err, blocks, dict(tr.excluded))
+    return InconsistencyResult(
+        int(target),
+        bind_context,
+        refused,
+        in_sum,
+        _cos(got, truth),
+        base_cos,
+        _rel(got, truth),
+        base_err,
+        blocks,
+        dict(tr.excluded),
+    )
 
 
 @dataclass
@@ -245,8 +269,11 @@ def disaggregation_attack(
         row = np.zeros(len(clients))
         row[[col[c] for c in surv]] = 1.0
         rows.append(row)
-        sums.append(np.concatenate([s[n].detach().cpu().numpy().astype(np.float64).ravel() for n in schema.names
-                                    if n in s]))
+        sums.append(
+            np.concatenate(
+                [s[n].detach().cpu().numpy().astype(np.float64).ravel() for n in schema.names if n in s]
+            )
+        )
         released.append(surv)
     ident: list[int] = []
     rec: dict[int, np.ndarray] = {}
@@ -264,8 +291,14 @@ def disaggregation_attack(
                 ident.append(c)
                 x = a @ y
                 rec[c] = x
-                true = np.concatenate([np.asarray(torch.as_tensor(contributions[c][n]).detach().cpu(),
-                                                  dtype=np.float64).ravel() for n in schema.names])
+                true = np.concatenate(
+                    [
+                        np.asarray(
+                            torch.as_tensor(contributions[c][n]).detach().cpu(), dtype=np.float64
+                        ).ravel()
+                        for n in schema.names
+                    ]
+                )
                 errs[c] = float(np.nanmax(np.abs(x - true))) if x.size else float("nan")
     return DisaggregationResult(released, refused, ident, rec, errs)
 
@@ -281,11 +314,17 @@ def minimum_cohort_attack(
 ) -> tuple[bool, str, float]:
     """Invite the target alone; return ``(released, reason if refused, cosine to the target's input)``."""
     try:
-        s, _ = protocol.aggregate(schema, {int(target): contributions[target]}, round_index=round_index,
-                                  context=context)
+        s, _ = protocol.aggregate(
+            schema, {int(target): contributions[target]}, round_index=round_index, context=context
+        )
     except ProtocolError as exc:
         return False, f"{type(exc).__name__}: {exc}", float("nan")
     got = torch.cat([s[n].flatten().to(torch.float64) for n in schema.names if n in s])
-    true = torch.cat([torch.as_tensor(contributions[target][n]).flatten().to(torch.float64)
-                      for n in schema.names if n in s])
+    true = torch.cat(
+        [
+            torch.as_tensor(contributions[target][n]).flatten().to(torch.float64)
+            for n in schema.names
+            if n in s
+        ]
+    )
     return True, "", _cos(got, true)

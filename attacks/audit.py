@@ -62,9 +62,17 @@ ATTACKS = (
     "min-cohort",
     "disaggregation",
 )
-_ALIASES = {"gi": "gradient-inversion", "dlg": "gradient-inversion", "labels": "label", "idlg": "label",
-            "link": "link-stealing", "mia": "membership", "stats": "statistics", "inconsistency":
-            "model-inconsistency", "cohort": "min-cohort"}
+_ALIASES = {
+    "gi": "gradient-inversion",
+    "dlg": "gradient-inversion",
+    "labels": "label",
+    "idlg": "label",
+    "link": "link-stealing",
+    "mia": "membership",
+    "stats": "statistics",
+    "inconsistency": "model-inconsistency",
+    "cohort": "min-cohort",
+}
 _VIEWS = ("server", "client", "collusion")
 
 
@@ -201,13 +209,34 @@ class AuditResult:
         rows = []
         for o in self.outcomes:
             if o.status != "ok" or not o.metrics:
-                rows.append({"attack": o.attack, "protocol": o.protocol, "view": o.view, "status": o.status,
-                             "metric": "", "mean": None, "std": None, "baselines": {}, "reason": o.reason})
+                rows.append(
+                    {
+                        "attack": o.attack,
+                        "protocol": o.protocol,
+                        "view": o.view,
+                        "status": o.status,
+                        "metric": "",
+                        "mean": None,
+                        "std": None,
+                        "baselines": {},
+                        "reason": o.reason,
+                    }
+                )
                 continue
             for name, m in o.metrics.items():
-                rows.append({"attack": o.attack, "protocol": o.protocol, "view": o.view, "status": o.status,
-                             "metric": name, "mean": m.mean, "std": m.std, "baselines": dict(m.baselines),
-                             "reason": o.reason})
+                rows.append(
+                    {
+                        "attack": o.attack,
+                        "protocol": o.protocol,
+                        "view": o.view,
+                        "status": o.status,
+                        "metric": name,
+                        "mean": m.mean,
+                        "std": m.std,
+                        "baselines": dict(m.baselines),
+                        "reason": o.reason,
+                    }
+                )
         return rows
 
     def summary_markdown(self) -> str:
@@ -232,8 +261,14 @@ def _applicability(cfg: AuditConfig, protocol: str) -> dict[str, str]:
     from securefgl.nn.registry import ModelSpec
 
     out: dict[str, str] = {}
-    problems = find_problems(cfg.algorithm, protocol, cfg.model, cfg.dataset, num_clients=cfg.clients,
-                             options=dict(cfg.run.get("algorithm", {}).get("options", {})) or None)
+    problems = find_problems(
+        cfg.algorithm,
+        protocol,
+        cfg.model,
+        cfg.dataset,
+        num_clients=cfg.clients,
+        options=dict(cfg.run.get("algorithm", {}).get("options", {})) or None,
+    )
     if problems:
         why = "the run itself cannot run: " + "; ".join(str(p) for p in problems)
         return dict.fromkeys(cfg.attacks, why)
@@ -310,8 +345,13 @@ class _Progress:
         if self.enabled:
             from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-            self._p = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                               TimeElapsedColumn(), transient=False)
+            self._p = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                TextColumn("{task.completed}/{task.total}"),
+                TimeElapsedColumn(),
+                transient=False,
+            )
             self._p.__enter__()
         return self
 
@@ -375,8 +415,15 @@ def audit(config: AuditConfig | Mapping[str, Any]) -> AuditResult:
                 except ProtocolError as exc:
                     for a in todo:
                         for v in cfg.views:
-                            outcomes.append(AttackOutcome(a, protocol, v, "failed",
-                                                          f"the federated run aborted: {type(exc).__name__}: {exc}"))
+                            outcomes.append(
+                                AttackOutcome(
+                                    a,
+                                    protocol,
+                                    v,
+                                    "failed",
+                                    f"the federated run aborted: {type(exc).__name__}: {exc}",
+                                )
+                            )
                     continue
                 runs[protocol] = ctx.run_facts()
             for a in todo:
@@ -390,8 +437,9 @@ def audit(config: AuditConfig | Mapping[str, Any]) -> AuditResult:
                         out = AttackOutcome(a, protocol, v, "not_applicable", str(exc))
                     out.seconds = time.perf_counter() - t1
                     outcomes.append(out)
-    result = AuditResult(config=_config_dict(cfg), outcomes=outcomes, runs=runs,
-                         seconds=time.perf_counter() - t0)
+    result = AuditResult(
+        config=_config_dict(cfg), outcomes=outcomes, runs=runs, seconds=time.perf_counter() - t0
+    )
     if cfg.output is not None:
         result.output_dir = _write(result, Path(cfg.output), figures if cfg.figures else None)
     return result
@@ -410,8 +458,16 @@ def _config_dict(cfg: AuditConfig) -> dict[str, Any]:
 
 
 class _Context:
-    def __init__(self, cfg: AuditConfig, protocol: str, run_cfg: Any, fg: Any, device: torch.device,
-                 bars: _Progress, figures: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        cfg: AuditConfig,
+        protocol: str,
+        run_cfg: Any,
+        fg: Any,
+        device: torch.device,
+        bars: _Progress,
+        figures: dict[str, Any],
+    ) -> None:
         self.cfg = cfg
         self.protocol = protocol
         self.run_cfg = run_cfg
@@ -438,16 +494,30 @@ class _Context:
             "seconds": r.seconds,
             "metrics": {k: v for k, v in r.metrics.items() if isinstance(v, float) and math.isfinite(v)},
             "excluded": sorted({c for rec in r.records for c in rec.transcript.excluded}),
-            "privacy": next((rec.transcript.extra.get("privacy") for rec in r.records
-                             if "privacy" in rec.transcript.extra), None),
+            "privacy": next(
+                (
+                    rec.transcript.extra.get("privacy")
+                    for rec in r.records
+                    if "privacy" in rec.transcript.extra
+                ),
+                None,
+            ),
         }
 
     def public(self) -> Any:
         from securefgl.attacks.views import PublicInfo
 
         mu = float(getattr(getattr(self.run.algorithm, "options", None), "mu", 0.0) or 0.0)
-        return PublicInfo(self.cfg.algorithm, self.fg.num_features, self.fg.num_classes, self.fg.num_clients,
-                          self.run_cfg.model, self.run_cfg.train, self.run.final_broadcast, mu)
+        return PublicInfo(
+            self.cfg.algorithm,
+            self.fg.num_features,
+            self.fg.num_classes,
+            self.fg.num_clients,
+            self.run_cfg.model,
+            self.run_cfg.train,
+            self.run.final_broadcast,
+            mu,
+        )
 
     def colluders(self) -> list[int]:
         if self.cfg.colluders:
@@ -460,8 +530,11 @@ class _Context:
 
         if kind in self._views:
             return self._views[kind]
-        graph = ([GraphKnowledge.from_data(i, c) for i, c in enumerate(self.fg.clients)]
-                 if self.cfg.graph_known else None)
+        graph = (
+            [GraphKnowledge.from_data(i, c) for i, c in enumerate(self.fg.clients)]
+            if self.cfg.graph_known
+            else None
+        )
         records = self.run.records
         if kind == "server":
             v = server_view(records, self.public(), graph=graph)
@@ -535,9 +608,12 @@ def _update_attack(ctx: _Context, name: str, kind: str) -> AttackOutcome:
     own = set(view.colluders)
     targets = _targets(fg, cfg.trials, exclude=own)
     if "individual" not in ups and "sum" not in ups:
-        raise NothingToAttackError(f"view {view.name!r} holds neither an individual update nor a released sum")
-    model = build_model(ctx.run_cfg.model, fg.num_features, fg.num_classes,
-                        generator=torch.Generator().manual_seed(0))
+        raise NothingToAttackError(
+            f"view {view.name!r} holds neither an individual update nor a released sum"
+        )
+    model = build_model(
+        ctx.run_cfg.model, fg.num_features, fg.num_classes, generator=torch.Generator().manual_seed(0)
+    )
     recipe = TrainingRecipe.from_train_config(ctx.run_cfg.train, prox_mu=view.public.prox_mu)
     if kind == "collusion" and "sum" in ups and "individual" not in ups:
         ups = _collusion_residual(view, obs, ups)
@@ -553,8 +629,11 @@ def _update_attack(ctx: _Context, name: str, kind: str) -> AttackOutcome:
         n = int(y_true.numel())
         gx, gy = _prior_guess(fg, n)
         if name == "label":
-            ch = {"label_accuracy": label_accuracy(torch.bincount(gy, minlength=fg.num_classes), y_true,
-                                                   fg.num_classes)}
+            ch = {
+                "label_accuracy": label_accuracy(
+                    torch.bincount(gy, minlength=fg.num_classes), y_true, fg.num_classes
+                )
+            }
         else:
             ch = score_reconstruction(gx, gy, x_true, y_true, num_classes=fg.num_classes)
         for k, v in ch.items():
@@ -565,21 +644,35 @@ def _update_attack(ctx: _Context, name: str, kind: str) -> AttackOutcome:
             if up is None:
                 continue
             if name == "label":
-                nn_ = n if up.source != "sum" else n  # the adversary scales the aggregate to the target's size
+                nn_ = (
+                    n if up.source != "sum" else n
+                )  # the adversary scales the aggregate to the target's size
                 counts = recover_label_counts(up, model, recipe, fg.num_classes, num_nodes=nn_)
                 sc = {"label_accuracy": label_accuracy(counts, y_true, fg.num_classes)}
             else:
-                rec = invert_update(up, model, recipe, num_features=fg.num_features, num_classes=fg.num_classes,
-                                    num_nodes=n if up.source != "individual" else None, graph=graph,
-                                    config=cfg.inversion, generator=torch.Generator().manual_seed(cfg.seed + i),
-                                    device=ctx.device)
+                rec = invert_update(
+                    up,
+                    model,
+                    recipe,
+                    num_features=fg.num_features,
+                    num_classes=fg.num_classes,
+                    num_nodes=n if up.source != "individual" else None,
+                    graph=graph,
+                    config=cfg.inversion,
+                    generator=torch.Generator().manual_seed(cfg.seed + i),
+                    device=ctx.device,
+                )
                 extra = {}
                 if cfg.model == "sgc":
                     extra["propagated"] = _propagated(model, fg, t)
-                sc = score_reconstruction(rec.x, rec.y, x_true, y_true, num_classes=fg.num_classes,
-                                          extra_targets=extra)
+                sc = score_reconstruction(
+                    rec.x, rec.y, x_true, y_true, num_classes=fg.num_classes, extra_targets=extra
+                )
                 if source == "view" and len(ctx.figures["reconstructions"]) < 6:
-                    ctx.figures["reconstructions"][f"{ctx.protocol}/{kind}/client{t}"] = (x_true[:4], rec.x[:4])
+                    ctx.figures["reconstructions"][f"{ctx.protocol}/{kind}/client{t}"] = (
+                        x_true[:4],
+                        rec.x[:4],
+                    )
             for k, v in sc.items():
                 (vals if source == "view" else pub).setdefault(k, []).append(v)
             row[source] = sc
@@ -595,15 +688,31 @@ def _update_attack(ctx: _Context, name: str, kind: str) -> AttackOutcome:
             base["public"] = float(np.mean(pub[k]))
         metrics[k] = metric(v, base, higher_is_worse=k != "mse")
     if vals:
-        what = ("the target's individual upload in the clear" if kinds == {"individual"} else
-                "the target's masked vector (decoded as if it were an encoding)")
+        what = (
+            "the target's individual upload in the clear"
+            if kinds == {"individual"}
+            else "the target's masked vector (decoded as if it were an encoding)"
+        )
         reason = f"attack on {what}; 'public' = the same attack on the released sum"
     else:
         why = "no individual upload (ciphertexts or a client's view)"
         reason = f"{why}: figures are the attack on the released sum (the public information) itself"
-    return AttackOutcome(name, ctx.protocol, view.name, "ok", reason, metrics,
-                         {"targets": targets, "per_target": per, "round": obs.round_index,
-                          "recipe": asdict(recipe), "sources": sorted(kinds) or ["sum"]})
+    return AttackOutcome(
+        name,
+        ctx.protocol,
+        kind,
+        "ok",
+        reason,
+        metrics,
+        {
+            "view": view.name,
+            "targets": targets,
+            "per_target": per,
+            "round": obs.round_index,
+            "recipe": asdict(recipe),
+            "sources": sorted(kinds) or ["sum"],
+        },
+    )
 
 
 def _collusion_residual(view: Any, obs: Any, ups: dict[str, Any]) -> dict[str, Any]:
@@ -642,7 +751,9 @@ def _posteriors(ctx: _Context) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor
     params = view.public.released_model
     if not params:
         raise NothingToAttackError("the run released no model to query")
-    model = build_model(ctx.run_cfg.model, fg.num_features, fg.num_classes, generator=torch.Generator().manual_seed(0))
+    model = build_model(
+        ctx.run_cfg.model, fg.num_features, fg.num_classes, generator=torch.Generator().manual_seed(0)
+    )
     n = fg.num_nodes
     logits = torch.zeros(n, fg.num_classes, dtype=torch.float64)
     labels = torch.zeros(n, dtype=torch.long)
@@ -652,8 +763,9 @@ def _posteriors(ctx: _Context) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor
     for i, c in enumerate(fg.clients):
         gid = c.global_id.cpu()
         with torch.no_grad():
-            out = model_forward(model, {k: v.float() for k, v in params.items()}, c.x.float().cpu(),
-                                c.edge_index.cpu())
+            out = model_forward(
+                model, {k: v.float() for k, v in params.items()}, c.x.float().cpu(), c.edge_index.cpu()
+            )
         logits[gid] = out.to(torch.float64)
         labels[gid] = c.y.cpu()
         train[gid] = c.train_mask.cpu()
@@ -678,7 +790,7 @@ def _model_attack(ctx: _Context, name: str, kind: str) -> AttackOutcome:
     roc_fig = None
     if name == "link-stealing":
         local = []
-        for i, c in enumerate(fg.clients):
+        for c in fg.clients:
             local.append(c.global_id.cpu()[c.edge_index.cpu()])
         edges = torch.cat(local, 1)
         for t in range(cfg.trials):
@@ -689,8 +801,14 @@ def _model_attack(ctx: _Context, name: str, kind: str) -> AttackOutcome:
             vals.setdefault("auc", []).append(best["auc"])
             vals.setdefault("precision@k", []).append(best["precision@k"])
             vals.setdefault("best_distance_auc", []).append(res[res["best"]]["auc"])
-            per.append({"trial": t, "k": res["k"], "best": res["best"],
-                        **{d: {"auc": res[d]["auc"], "precision@k": res[d]["precision@k"]} for d in DISTANCES}})
+            per.append(
+                {
+                    "trial": t,
+                    "k": res["k"],
+                    "best": res["best"],
+                    **{d: {"auc": res[d]["auc"], "precision@k": res[d]["precision@k"]} for d in DISTANCES},
+                }
+            )
             if roc_fig is None:
                 roc_fig = (best["fpr"], best["tpr"])
             bar(t + 1, cfg.trials)
@@ -699,9 +817,11 @@ def _model_attack(ctx: _Context, name: str, kind: str) -> AttackOutcome:
             "precision@k": metric(vals["precision@k"], {"chance": 0.5}),
             "best_distance_auc": metric(vals["best_distance_auc"], {"chance": 0.5}),
         }
-        reason = ("Attack-0 (correlation distance) on balanced pairs of the clients' edges vs sampled non-edges of "
-                  "the same clients, posteriors of the released model; best_distance_auc picks the best of 8 "
-                  "distances after the fact (optimistic)")
+        reason = (
+            "Attack-0 (correlation distance) on balanced pairs of the clients' edges vs sampled non-edges of "
+            "the same clients, posteriors of the released model; best_distance_auc picks the best of 8 "
+            "distances after the fact (optimistic)"
+        )
     else:
         members = train
         pool = torch.nonzero(test).flatten()
@@ -726,11 +846,13 @@ def _model_attack(ctx: _Context, name: str, kind: str) -> AttackOutcome:
         for k, v in vals.items():
             ch = 0.5 if k.endswith("auc") else (0.01 if "@1%" in k else 0.001)
             metrics[k] = metric(v, {"chance": ch})
-        reason = ("members: training nodes; non-members: an equal number of validation/test nodes; the released "
-                  "model applied to each client's graph")
+        reason = (
+            "members: training nodes; non-members: an equal number of validation/test nodes; the released "
+            "model applied to each client's graph"
+        )
     if roc_fig is not None:
         ctx.figures["roc"][f"{name}/{ctx.protocol}"] = roc_fig
-    return AttackOutcome(name, ctx.protocol, view.name, "ok", reason, metrics, {"trials": per})
+    return AttackOutcome(name, ctx.protocol, kind, "ok", reason, metrics, {"view": view.name, "trials": per})
 
 
 # -- statistics (O-pFGL, FedSpray) ----------------------------------------------------------------------
@@ -742,12 +864,28 @@ def _upload_setup(ctx: _Context) -> tuple[Any, Any, dict[int, Any], Any, dict[st
     from securefgl.algorithms.registry import create_algorithm
 
     fg, rc = ctx.fg, ctx.run_cfg
-    setting = Setting(fg.num_features, fg.num_classes, fg.num_clients, fg.num_nodes, int(fg.num_nodes), rc.model,
-                      rc.train, ctx.device, max_clients_per_round=fg.num_clients)
+    setting = Setting(
+        fg.num_features,
+        fg.num_classes,
+        fg.num_clients,
+        fg.num_nodes,
+        int(fg.num_nodes),
+        rc.model,
+        rc.train,
+        ctx.device,
+        max_clients_per_round=fg.num_clients,
+    )
     alg = create_algorithm(rc.algorithm.name, setting, rc.algorithm.options)
     ws: dict[str, Any] = {"generator": torch.Generator(device=ctx.device).manual_seed(ctx.cfg.seed)}
-    clients = [Client(i, d.to(ctx.device), torch.Generator(device=ctx.device).manual_seed(ctx.cfg.seed * 7919 + i),
-                      workspace=ws) for i, d in enumerate(fg.clients)]
+    clients = [
+        Client(
+            i,
+            d.to(ctx.device),
+            torch.Generator(device=ctx.device).manual_seed(ctx.cfg.seed * 7919 + i),
+            workspace=ws,
+        )
+        for i, d in enumerate(fg.clients)
+    ]
     for c in clients:
         alg.init_client(c)
     server = alg.init_server(torch.Generator().manual_seed(ctx.cfg.seed))
@@ -768,7 +906,13 @@ def _upload_setup(ctx: _Context) -> tuple[Any, Any, dict[int, Any], Any, dict[st
     contribs = {cid: pick(o) for cid, o in outs.items()}
     from securefgl.engine.runner import _context
 
-    return alg, req[0].schema, contribs, _context(broadcast), {k: v.detach().cpu() for k, v in broadcast.items()}
+    return (
+        alg,
+        req[0].schema,
+        contribs,
+        _context(broadcast),
+        {k: v.detach().cpu() for k, v in broadcast.items()},
+    )
 
 
 def _stat_attack(ctx: _Context, name: str, kind: str) -> AttackOutcome:
@@ -808,8 +952,9 @@ def _stat_attack(ctx: _Context, name: str, kind: str) -> AttackOutcome:
             from securefgl.attacks.views import AggregationRecord
 
             sums, tr = protocol.aggregate(schema, contribs, round_index=0, context=context)
-            view = build_view([AggregationRecord("stats", "upload", 0, schema, broadcast, tr, sums, None,
-                                                 contribs)])
+            view = build_view(
+                [AggregationRecord("stats", "upload", 0, schema, broadcast, tr, sums, None, contribs)]
+            )
             obs = view.observations[0]
             total = view.released_sum(obs)
             agg = class_statistics({k: total[k] for k in total}, layout, broadcast)
@@ -867,10 +1012,16 @@ def _stat_attack(ctx: _Context, name: str, kind: str) -> AttackOutcome:
                 base = {"public": float(np.nanmean(pubv[k]))} if vals and k in pubv else {}
                 if k in chance:
                     base["chance"] = float(np.mean(chance[k]))
-                metrics[k] = metric(main[k], base, higher_is_worse=k not in ("label_l1", "mean_max_abs_error"))
-        reason = ("the target's upload as the view holds it; 'public' = the released sum's statistics against the "
-                  "target's" if vals else "no individual upload: figures are the released sum's statistics "
-                  "against the target's (public information)")
+                metrics[k] = metric(
+                    main[k], base, higher_is_worse=k not in ("label_l1", "mean_max_abs_error")
+                )
+        reason = (
+            "the target's upload as the view holds it; 'public' = the released sum's statistics against the "
+            "target's"
+            if vals
+            else "no individual upload: figures are the released sum's statistics "
+            "against the target's (public information)"
+        )
     else:
         for k in ("exact", "label_l1", "mean_max_abs_error", "guard_refused"):
             if k in vals:
@@ -878,12 +1029,17 @@ def _stat_attack(ctx: _Context, name: str, kind: str) -> AttackOutcome:
                 gk = f"guarded_{k}"
                 if gk in pubv:
                     base["with_guard"] = float(np.nanmean(pubv[gk]))
-                metrics[k] = metric(vals[k], base, higher_is_worse=k not in ("label_l1", "mean_max_abs_error"))
-        reason = (f"two releases of the same statistic, the second after the target dropped out; 'with_guard' = "
-                  f"the same under ReleaseGuard(min_difference={cfg.guard_min_difference}), which refuses the second "
-                  "release (guard_refused = 1)")
-    return AttackOutcome(name, ctx.protocol, kind if kind != "server" else "server", "ok", reason, metrics,
-                         {"targets": targets, "per_target": per})
+                metrics[k] = metric(
+                    vals[k], base, higher_is_worse=k not in ("label_l1", "mean_max_abs_error")
+                )
+        reason = (
+            f"two releases of the same statistic, the second after the target dropped out; 'with_guard' = "
+            f"the same under ReleaseGuard(min_difference={cfg.guard_min_difference}), which refuses the second "
+            "release (guard_refused = 1)"
+        )
+    return AttackOutcome(
+        name, ctx.protocol, kind, "ok", reason, metrics, {"targets": targets, "per_target": per}
+    )
 
 
 # -- attacks on the protocol ---------------------------------------------------------------------------------
@@ -916,8 +1072,10 @@ def _protocol_attack(ctx: _Context, name: str, kind: str) -> AttackOutcome:
 
         model = build_model(ctx.run_cfg.model, fg.num_features, fg.num_classes)
         ws: dict[str, Any] = {"generator": torch.Generator().manual_seed(cfg.seed)}
-        cl = [Client(i, d.to(ctx.device), torch.Generator().manual_seed(i), workspace=ws)
-              for i, d in enumerate(fg.clients)]
+        cl = [
+            Client(i, d.to(ctx.device), torch.Generator().manual_seed(i), workspace=ws)
+            for i, d in enumerate(fg.clients)
+        ]
         for c in cl:
             alg.init_client(c)
 
@@ -934,44 +1092,81 @@ def _protocol_attack(ctx: _Context, name: str, kind: str) -> AttackOutcome:
         for i, t in enumerate(targets):
             row = {"target": t}
             for bind in (True, False):
-                r = model_inconsistency_attack(get_protocol(ctx.protocol, **opts), schema_for, train, model,
-                                               broadcast, clients, t, bind_context=bind)
+                r = model_inconsistency_attack(
+                    get_protocol(ctx.protocol, **opts),
+                    schema_for,
+                    train,
+                    model,
+                    broadcast,
+                    clients,
+                    t,
+                    bind_context=bind,
+                )
                 key = "bound" if bind else "unbound"
-                row[key] = {"refused": r.refused, "target_in_sum": r.target_in_sum,
-                            "isolation_error": r.isolation_error, "baseline_error": r.baseline_error}
+                row[key] = {
+                    "refused": r.refused,
+                    "target_in_sum": r.target_in_sum,
+                    "isolation_error": r.isolation_error,
+                    "baseline_error": r.baseline_error,
+                }
                 if bind:
                     vals.setdefault("target_isolated", []).append(
-                        1.0 if (r.target_in_sum and r.isolation_error < 1e-3) else 0.0)
+                        1.0 if (r.target_in_sum and r.isolation_error < 1e-3) else 0.0
+                    )
                     vals.setdefault("caught", []).append(0.0 if r.target_in_sum else 1.0)
                 else:
                     base.setdefault("target_isolated", []).append(
-                        1.0 if (r.target_in_sum and r.isolation_error < 1e-3) else 0.0)
+                        1.0 if (r.target_in_sum and r.isolation_error < 1e-3) else 0.0
+                    )
             per.append(row)
             bar(i + 1, len(targets))
-        metrics = {k: metric(v, {"without_binding": float(np.mean(base[k]))} if k in base else {})
-                   for k, v in vals.items()}
-        reason = ("the server shows the target the real model and the others a crafted one (dead first layer); "
-                  "'caught' = the target was excluded/the session refused because clients bind the model they "
-                  "received into the session id; 'without_binding' = the same attack on a protocol run without "
-                  "that binding")
+        metrics = {
+            k: metric(v, {"without_binding": float(np.mean(base[k]))} if k in base else {})
+            for k, v in vals.items()
+        }
+        reason = (
+            "the server shows the target the real model and the others a crafted one (dead first layer); "
+            "'caught' = the target was excluded/the session refused because clients bind the model they "
+            "received into the session id; 'without_binding' = the same attack on a protocol run without "
+            "that binding"
+        )
     elif name == "min-cohort":
-        strict = SumSchema(schema.blocks, max_clients=schema.max_clients, precision=schema.precision,
-                           min_contributors=min(schema.max_clients, max(2, cfg.guard_min_difference)))
+        strict = SumSchema(
+            schema.blocks,
+            max_clients=schema.max_clients,
+            precision=schema.precision,
+            min_contributors=min(schema.max_clients, max(2, cfg.guard_min_difference)),
+        )
         for i, t in enumerate(targets):
-            ok, why, cos = minimum_cohort_attack(get_protocol(ctx.protocol, **opts), schema, contribs, t,
-                                                 context=context)
-            ok2, why2, _ = minimum_cohort_attack(get_protocol(ctx.protocol, **opts), strict, contribs, t,
-                                                 context=context)
+            ok, why, cos = minimum_cohort_attack(
+                get_protocol(ctx.protocol, **opts), schema, contribs, t, context=context
+            )
+            ok2, why2, _ = minimum_cohort_attack(
+                get_protocol(ctx.protocol, **opts), strict, contribs, t, context=context
+            )
             vals.setdefault("released_alone", []).append(1.0 if ok2 else 0.0)
             base.setdefault("released_alone", []).append(1.0 if ok else 0.0)
-            per.append({"target": t, "schema_min_contributors": schema.min_contributors, "released": ok,
-                        "cosine": cos, "refused": why, "with_rule": {"released": ok2, "refused": why2}})
+            per.append(
+                {
+                    "target": t,
+                    "schema_min_contributors": schema.min_contributors,
+                    "released": ok,
+                    "cosine": cos,
+                    "refused": why,
+                    "with_rule": {"released": ok2, "refused": why2},
+                }
+            )
             bar(i + 1, len(targets))
-        metrics = {"released_alone": metric(vals["released_alone"],
-                                            {"algorithm_schema": float(np.mean(base["released_alone"]))})}
-        reason = (f"the server invites the target alone; 'algorithm_schema' = under the algorithm's own schema "
-                  f"(min_contributors={schema.min_contributors}), the figure = with min_contributors="
-                  f"{strict.min_contributors}")
+        metrics = {
+            "released_alone": metric(
+                vals["released_alone"], {"algorithm_schema": float(np.mean(base["released_alone"]))}
+            )
+        }
+        reason = (
+            f"the server invites the target alone; 'algorithm_schema' = under the algorithm's own schema "
+            f"(min_contributors={schema.min_contributors}), the figure = with min_contributors="
+            f"{strict.min_contributors}"
+        )
     else:
         rng = np.random.default_rng(cfg.seed)
         k = len(clients)
@@ -992,15 +1187,29 @@ def _protocol_attack(ctx: _Context, name: str, kind: str) -> AttackOutcome:
             res = disaggregation_attack(p, schema, contribs, sets, context=context)
             frac = len(res.identifiable) / max(1, k)
             (vals if label == "undefended" else base).setdefault(f"identified_{label}", []).append(frac)
-            per.append({"guard": label, "released": len(res.released), "refused": len(res.refused),
-                        "identifiable": res.identifiable,
-                        "max_error": max(res.errors.values()) if res.errors else None})
+            per.append(
+                {
+                    "guard": label,
+                    "released": len(res.released),
+                    "refused": len(res.refused),
+                    "identifiable": res.identifiable,
+                    "max_error": max(res.errors.values()) if res.errors else None,
+                }
+            )
         bar(len(targets), len(targets))
-        metrics = {"identified_fraction": metric(vals["identified_undefended"], {
-            "guard_difference": float(np.mean(base["identified_difference"])),
-            "guard_fixed": float(np.mean(base["identified_fixed"]))})}
-        reason = (f"{len(sets)} releases of the first upload over distinct random subsets of the clients; least "
-                  "squares on the participation matrix; 'guard_*' = the same under ReleaseGuard(mode=...)")
+        metrics = {
+            "identified_fraction": metric(
+                vals["identified_undefended"],
+                {
+                    "guard_difference": float(np.mean(base["identified_difference"])),
+                    "guard_fixed": float(np.mean(base["identified_fixed"])),
+                },
+            )
+        }
+        reason = (
+            f"{len(sets)} releases of the first upload over distinct random subsets of the clients; least "
+            "squares on the participation matrix; 'guard_*' = the same under ReleaseGuard(mode=...)"
+        )
     return AttackOutcome(name, ctx.protocol, "server", "ok", reason, metrics, {"per_target": per})
 
 
@@ -1030,21 +1239,39 @@ def _markdown(res: AuditResult) -> str:
         "",
     ]
     if res.runs:
-        lines += ["## Utility of the released model", "", "| protocol | test accuracy | run seconds |", "|---|---|---|"]
+        lines += [
+            "## Utility of the released model",
+            "",
+            "| protocol | test accuracy | run seconds |",
+            "|---|---|---|",
+        ]
         for p, r in res.runs.items():
-            lines.append(f"| {p} | {_fmt(r.get('metrics', {}).get('test_acc'))} | {r.get('seconds', 0):.1f} |")
+            lines.append(
+                f"| {p} | {_fmt(r.get('metrics', {}).get('test_acc'))} | {r.get('seconds', 0):.1f} |"
+            )
         lines.append("")
-    lines += ["## Findings", "", "| attack | protocol | view | metric | value | baselines |", "|---|---|---|---|---|---|"]
+    lines += [
+        "## Findings",
+        "",
+        "| attack | protocol | view | metric | value | baselines |",
+        "|---|---|---|---|---|---|",
+    ]
     notes = []
     for o in res.outcomes:
         if o.status != "ok":
-            label = {"not_applicable": "not applicable", "nothing_to_attack": "nothing to attack",
-                     "refused": "refused by the protocol", "failed": "failed"}[o.status]
+            label = {
+                "not_applicable": "not applicable",
+                "nothing_to_attack": "nothing to attack",
+                "refused": "refused by the protocol",
+                "failed": "failed",
+            }[o.status]
             lines.append(f"| {o.attack} | {o.protocol} | {o.view} | — | **{label}** | {o.reason[:160]} |")
             continue
         for name, m in o.metrics.items():
             bl = ", ".join(f"{k} {_fmt(v)}" for k, v in m.baselines.items())
-            lines.append(f"| {o.attack} | {o.protocol} | {o.view} | {name} | {_fmt(m.mean)} ± {_fmt(m.std)} | {bl} |")
+            lines.append(
+                f"| {o.attack} | {o.protocol} | {o.view} | {name} | {_fmt(m.mean)} ± {_fmt(m.std)} | {bl} |"
+            )
         if o.reason:
             notes.append(f"- **{o.attack} / {o.protocol} / {o.view}**: {o.reason}.")
     lines += ["", "## Notes", "", *notes, ""]
@@ -1058,8 +1285,14 @@ def _verdicts(res: AuditResult) -> list[str]:
     for o in res.outcomes:
         if o.status != "ok":
             continue
-        key = {"gradient-inversion": "feature_cosine", "label": "label_accuracy", "link-stealing": "auc",
-               "membership": "loss_auc", "statistics": "mean_cosine", "differencing": "exact"}.get(o.attack)
+        key = {
+            "gradient-inversion": "feature_cosine",
+            "label": "label_accuracy",
+            "link-stealing": "auc",
+            "membership": "loss_auc",
+            "statistics": "exact",
+            "differencing": "exact",
+        }.get(o.attack)
         if key is None or key not in o.metrics:
             continue
         m = o.metrics[key]
@@ -1067,9 +1300,13 @@ def _verdicts(res: AuditResult) -> list[str]:
         if ref is None:
             continue
         margin = m.mean - ref
-        verdict = "LEAKS beyond the baselines" if margin > max(0.05, 2 * m.std) else "no better than the baselines"
-        out.append(f"- {o.attack} under {o.protocol} ({o.view}): {key} {_fmt(m.mean)} vs best baseline "
-                   f"{_fmt(ref)}: {verdict}.")
+        verdict = (
+            "LEAKS beyond the baselines" if margin > max(0.05, 2 * m.std) else "no better than the baselines"
+        )
+        out.append(
+            f"- {o.attack} under {o.protocol} ({o.view}): {key} {_fmt(m.mean)} vs best baseline "
+            f"{_fmt(ref)}: {verdict}."
+        )
     return out or ["- no comparable figure."]
 
 

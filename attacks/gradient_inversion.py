@@ -56,6 +56,7 @@ Shapes:
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -434,7 +435,12 @@ def _flat(d: Mapping[str, Tensor], keys: Sequence[str]) -> Tensor:
 
 
 def _support_and_basis(
-    update: ModelUpdate, firsts: Sequence[str], num_features: int, rows: int, config: InversionConfig, recipe: TrainingRecipe
+    update: ModelUpdate,
+    firsts: Sequence[str],
+    num_features: int,
+    rows: int,
+    config: InversionConfig,
+    recipe: TrainingRecipe,
 ) -> tuple[Tensor | None, Tensor | None]:
     """The feature support (zero columns of the first-layer update) and a row-space basis."""
     if not firsts:
@@ -506,7 +512,7 @@ def bias_candidates(
     same = (unit @ unit.T) > 1 - tol
     # also require equal norms (a repeated exact input has the same scale, not only the same direction)
     norms = cand.norm(dim=1)
-    same &= ((norms[:, None] - norms[None, :]).abs() <= 1e-3 * norms[:, None].clamp(min=1e-12))
+    same &= (norms[:, None] - norms[None, :]).abs() <= 1e-3 * norms[:, None].clamp(min=1e-12)
     taken = torch.zeros(cand.shape[0], dtype=torch.bool)
     reps, counts = [], []
     for i in range(cand.shape[0]):
@@ -657,14 +663,44 @@ def invert_update(
 
     def attempt(restarts: int, counts: Tensor | None, anchors: Tensor) -> tuple[float, Tensor, Tensor]:
         nonlocal done
-        fixed = (None if counts is None
-                 else F.one_hot(_labels_from_counts(counts, dev), num_classes).to(torch.float32))
+        fixed = (
+            None
+            if counts is None
+            else F.one_hot(_labels_from_counts(counts, dev), num_classes).to(torch.float32)
+        )
         best: tuple[float, Tensor | None, Tensor | None] = (math.inf, None, None)
         for _ in range(restarts):
-            x, y_soft = _optimise(model, base, obs, keys, recipe, fixed, n, num_classes, rows, num_features,
-                                  edge_index, train_rows, basis, mask, anchors, pool, cfg, gen)
-            sim = simulate_update(model, base, x, y_soft, recipe, edge_index=edge_index, train_index=train_rows,
-                                  adam_eps=cfg.adam_eps, create_graph=False)
+            x, y_soft = _optimise(
+                model,
+                base,
+                obs,
+                keys,
+                recipe,
+                fixed,
+                n,
+                num_classes,
+                rows,
+                num_features,
+                edge_index,
+                train_rows,
+                basis,
+                mask,
+                anchors,
+                pool,
+                cfg,
+                gen,
+            )
+            sim = simulate_update(
+                model,
+                base,
+                x,
+                y_soft,
+                recipe,
+                edge_index=edge_index,
+                train_index=train_rows,
+                adam_eps=cfg.adam_eps,
+                create_graph=False,
+            )
             val = float(_objective(sim, obs, keys, cfg.objective).detach())
             if best[1] is None or val < best[0]:
                 best = (val, x, y_soft.argmax(-1))
@@ -711,13 +747,20 @@ def invert_update(
         objective=value,
         graph_used=graph_used,
         seconds=time.perf_counter() - t0,
-        extra={"unknown_nodes": rows, "subspace_rank": 0 if basis is None else int(basis.shape[0]),
-               "exact_rows": int(anchors.shape[0]), "candidate_rows": int(pool.shape[0]),
-               "support": None if support is None else int(support.sum()), "labels": cfg.labels},
+        extra={
+            "unknown_nodes": rows,
+            "subspace_rank": 0 if basis is None else int(basis.shape[0]),
+            "exact_rows": int(anchors.shape[0]),
+            "candidate_rows": int(pool.shape[0]),
+            "support": None if support is None else int(support.sum()),
+            "labels": cfg.labels,
+        },
     )
 
 
-def model_forward(model: torch.nn.Module, params: Mapping[str, Tensor], x: Tensor, edge_index: Tensor | None) -> Tensor:
+def model_forward(
+    model: torch.nn.Module, params: Mapping[str, Tensor], x: Tensor, edge_index: Tensor | None
+) -> Tensor:
     """The model's logits with ``params`` (eval mode)."""
     from torch.func import functional_call
 
@@ -783,13 +826,28 @@ def _optimise(
         def value() -> Tensor:
             x = features()
             y = labels if labels is not None else F.softmax(lab, -1)
-            sim = simulate_update(model, base, x, y, recipe, edge_index=edge_index, train_index=train_rows,
-                                  adam_eps=cfg.adam_eps)
+            sim = simulate_update(
+                model,
+                base,
+                x,
+                y,
+                recipe,
+                edge_index=edge_index,
+                train_index=train_rows,
+                adam_eps=cfg.adam_eps,
+            )
             return _objective(sim, obs, keys, cfg.objective) + _prior_penalty(x, cfg) / max(1, x.numel())
 
         if cfg.optimizer == "lbfgs":
-            opt = torch.optim.LBFGS(params, lr=1.0, max_iter=iterations, history_size=50,
-                                    line_search_fn="strong_wolfe", tolerance_grad=1e-10, tolerance_change=1e-12)
+            opt = torch.optim.LBFGS(
+                params,
+                lr=1.0,
+                max_iter=iterations,
+                history_size=50,
+                line_search_fn="strong_wolfe",
+                tolerance_grad=1e-10,
+                tolerance_change=1e-12,
+            )
 
             def closure() -> Tensor:
                 opt.zero_grad()
@@ -797,10 +855,8 @@ def _optimise(
                 loss.backward()
                 return loss
 
-            try:
+            with contextlib.suppress(RuntimeError):  # a line search that hit NaN: keep the last finite point
                 opt.step(closure)
-            except RuntimeError:  # a line search that produced NaN: keep the last finite point
-                pass
             return
         opt2 = torch.optim.Adam(params, lr=cfg.step)
         marks = [int(iterations * f) for f in (0.375, 0.625, 0.875)]
@@ -878,8 +934,9 @@ def score_reconstruction(
         "feature_cosine": float(cos[r, c].mean()),
         "mse": float(((xh[r] - xt[c]) ** 2).mean()),
         "label_accuracy": float((y_hat.cpu()[r] == y_true.cpu()[c]).double().mean()),
-        "label_multiset_accuracy": label_accuracy(torch.bincount(y_hat.cpu().long(), minlength=num_classes),
-                                                  y_true, num_classes),
+        "label_multiset_accuracy": label_accuracy(
+            torch.bincount(y_hat.cpu().long(), minlength=num_classes), y_true, num_classes
+        ),
     }
     is_binary = bool(((xt == 0) | (xt == 1)).all()) if binary is None else binary
     if is_binary:
@@ -954,7 +1011,9 @@ def update_from_upload(
     names = list(broadcast)
     missing = [f"w.{k}" for k in names if f"w.{k}" not in values] + ([] if "n" in values else ["n"])
     if missing:
-        raise AttackNotApplicableError(f"the upload is not a model-averaging upload: missing blocks {missing[:4]}")
+        raise AttackNotApplicableError(
+            f"the upload is not a model-averaging upload: missing blocks {missing[:4]}"
+        )
     n = float(torch.as_tensor(values["n"]).to(torch.float64).flatten()[0])
     known = source != "masked" and n >= 1 and math.isfinite(n)
     if not known:
@@ -962,8 +1021,13 @@ def update_from_upload(
     params = {k: torch.as_tensor(values[f"w.{k}"]).to(torch.float64) / n for k in names}
     base = {k: broadcast[k].detach().to(torch.float64).cpu() for k in names}
     delta = {k: params[k].reshape(base[k].shape) - base[k] for k in names}
-    return ModelUpdate(base=base, delta=delta, num_nodes=int(round(n)) if known else num_nodes_hint,
-                       source=source, contributors=int(contributors))
+    return ModelUpdate(
+        base=base,
+        delta=delta,
+        num_nodes=int(round(n)) if known else num_nodes_hint,
+        source=source,
+        contributors=int(contributors),
+    )
 
 
 def updates_in_view(view: Any, obs: Any) -> dict[str, Any]:
@@ -979,8 +1043,9 @@ def updates_in_view(view: Any, obs: Any) -> dict[str, Any]:
     hint = None
     try:
         total = view.released_sum(obs)
-        out["sum"] = update_from_upload({k: total[k] for k in total}, obs.broadcast, source="sum",
-                                        contributors=total.num_contributors)
+        out["sum"] = update_from_upload(
+            {k: total[k] for k in total}, obs.broadcast, source="sum", contributors=total.num_contributors
+        )
         if out["sum"].num_nodes and total.num_contributors:
             hint = max(1, int(round(out["sum"].num_nodes / total.num_contributors)))
     except NothingToAttackError:
@@ -988,8 +1053,9 @@ def updates_in_view(view: Any, obs: Any) -> dict[str, Any]:
     try:
         ins = view.individual_inputs(obs)
         out["individual"] = {
-            c: update_from_upload(i.values, obs.broadcast, source="individual" if i.exact else "masked",
-                                  num_nodes_hint=hint)
+            c: update_from_upload(
+                i.values, obs.broadcast, source="individual" if i.exact else "masked", num_nodes_hint=hint
+            )
             for c, i in ins.items()
         }
     except NothingToAttackError:

@@ -43,8 +43,16 @@ __all__ = [
 ]
 
 #: Attack-0's distance metrics (scipy.spatial.distance names).
-DISTANCES = ("correlation", "cosine", "euclidean", "chebyshev", "braycurtis", "canberra", "cityblock",
-             "sqeuclidean")
+DISTANCES = (
+    "correlation",
+    "cosine",
+    "euclidean",
+    "chebyshev",
+    "braycurtis",
+    "canberra",
+    "cityblock",
+    "sqeuclidean",
+)
 
 
 def posterior_distance(a: Tensor, b: Tensor, metric: str = "correlation") -> Tensor:
@@ -78,7 +86,11 @@ def posterior_distance(a: Tensor, b: Tensor, metric: str = "correlation") -> Ten
 
 
 def balanced_pairs(
-    edge_index: Tensor, num_nodes: int, *, generator: torch.Generator, max_pairs: int | None = None,
+    edge_index: Tensor,
+    num_nodes: int,
+    *,
+    generator: torch.Generator,
+    max_pairs: int | None = None,
     groups: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Every undirected edge (at most ``max_pairs``) and as many uniformly sampled non-edges.

@@ -34,7 +34,9 @@ __all__ = ["SCORES", "membership_inference", "membership_scores"]
 SCORES = ("loss", "confidence")
 
 
-def membership_scores(logits: Tensor, labels: Tensor, score: Literal["loss", "confidence"] = "loss") -> Tensor:
+def membership_scores(
+    logits: Tensor, labels: Tensor, score: Literal["loss", "confidence"] = "loss"
+) -> Tensor:
     """Per-node membership score (higher: more likely a training node).
 
     Raises:

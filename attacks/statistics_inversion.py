@@ -138,7 +138,9 @@ def class_statistics(
     means = s / safe[:, None]
     if layout.reference is not None:
         if broadcast is None or layout.reference not in broadcast:
-            raise AttackNotApplicableError(f"the statistics are deltas from broadcast {layout.reference!r}, which is missing")
+            raise AttackNotApplicableError(
+                f"the statistics are deltas from broadcast {layout.reference!r}, which is missing"
+            )
         means = means + broadcast[layout.reference].detach().to(torch.float64).reshape(means.shape)
     means[~present] = float("nan")
     var = None
@@ -152,7 +154,9 @@ def class_statistics(
     return ClassStatistics(weights=w, label_distribution=dist, means=means, variances=var)
 
 
-def compare_statistics(got: ClassStatistics, truth: ClassStatistics, *, atol: float = 1e-4) -> dict[str, float]:
+def compare_statistics(
+    got: ClassStatistics, truth: ClassStatistics, *, atol: float = 1e-4
+) -> dict[str, float]:
     """How close recovered statistics are to the true ones.
 
     Returns:
@@ -160,7 +164,9 @@ def compare_statistics(got: ClassStatistics, truth: ClassStatistics, *, atol: fl
         both), ``mean_max_abs_error``, ``var_max_abs_error`` (O-pFGL), ``classes_compared``, and ``exact``
         (1.0 when the weights and every compared mean/variance agree within ``atol``, else 0.0).
     """
-    out: dict[str, float] = {"label_l1": float((got.label_distribution - truth.label_distribution).abs().sum())}
+    out: dict[str, float] = {
+        "label_l1": float((got.label_distribution - truth.label_distribution).abs().sum())
+    }
     both = torch.isfinite(got.means).all(1) & torch.isfinite(truth.means).all(1)
     out["classes_compared"] = float(both.sum())
     if bool(both.any()):
@@ -176,8 +182,10 @@ def compare_statistics(got: ClassStatistics, truth: ClassStatistics, *, atol: fl
             float((got.variances[vb] - truth.variances[vb]).abs().max()) if bool(vb.any()) else float("nan")
         )
     weights_ok = bool(((got.weights - truth.weights).abs() <= atol).all())
-    means_ok = bool(both.any()) and out["mean_max_abs_error"] <= atol and bool(
-        (torch.isfinite(got.means).all(1) == torch.isfinite(truth.means).all(1)).all()
+    means_ok = (
+        bool(both.any())
+        and out["mean_max_abs_error"] <= atol
+        and bool((torch.isfinite(got.means).all(1) == torch.isfinite(truth.means).all(1)).all())
     )
     out["exact"] = 1.0 if (weights_ok and means_ok) else 0.0
     return out
@@ -255,22 +263,49 @@ def differencing_attack(
     if target not in contributions:
         raise ConfigError(f"target {target!r} is not a participant; participants: {sorted(contributions)}")
     first_sums, first_tr = protocol.aggregate(schema, contributions, round_index=round_index, context=context)
-    records = [AggregationRecord("stats", phase, round_index, schema, dict(broadcast or {}), first_tr, first_sums,
-                                 None, dict(contributions))]
+    records = [
+        AggregationRecord(
+            "stats",
+            phase,
+            round_index,
+            schema,
+            dict(broadcast or {}),
+            first_tr,
+            first_sums,
+            None,
+            dict(contributions),
+        )
+    ]
     stage = _input_stage(first_tr)
     try:
         second_sums, second_tr = protocol.aggregate(
-            schema, contributions, dropouts=DropoutPlan({int(target): stage}), round_index=round_index,
+            schema,
+            contributions,
+            dropouts=DropoutPlan({int(target): stage}),
+            round_index=round_index,
             context=context,
         )
     except ProtocolError as exc:
-        return DifferencingResult(int(target), tuple(first_tr.survivors), (), None,
-                                  f"{type(exc).__name__}: {exc}", records)
-    records.append(AggregationRecord("stats", phase, round_index, schema, dict(broadcast or {}), second_tr,
-                                     second_sums, None, dict(contributions)))
+        return DifferencingResult(
+            int(target), tuple(first_tr.survivors), (), None, f"{type(exc).__name__}: {exc}", records
+        )
+    records.append(
+        AggregationRecord(
+            "stats",
+            phase,
+            round_index,
+            schema,
+            dict(broadcast or {}),
+            second_tr,
+            second_sums,
+            None,
+            dict(contributions),
+        )
+    )
     diff = subtract({k: first_sums[k] for k in first_sums}, {k: second_sums[k] for k in second_sums})
-    return DifferencingResult(int(target), tuple(first_tr.survivors), tuple(second_tr.survivors), diff, "",
-                              records)
+    return DifferencingResult(
+        int(target), tuple(first_tr.survivors), tuple(second_tr.survivors), diff, "", records
+    )
 
 
 def _input_stage(transcript: Any) -> str:

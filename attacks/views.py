@@ -274,9 +274,13 @@ class AdversaryView:
                 continue
             code = rec.payload[3]
             if code == _PLAIN_INPUT:
-                out[rec.sender] = IndividualInput(rec.sender, _decode_plain(rec.payload, obs.schema), "plaintext")
+                out[rec.sender] = IndividualInput(
+                    rec.sender, _decode_plain(rec.payload, obs.schema), "plaintext"
+                )
             elif code == _MASKED_INPUT:
-                out[rec.sender] = IndividualInput(rec.sender, _decode_masked(rec.payload, obs.schema), "masked")
+                out[rec.sender] = IndividualInput(
+                    rec.sender, _decode_masked(rec.payload, obs.schema), "masked"
+                )
             elif code == _CKKS_UPLOAD:
                 opaque += 1
         if not out:
@@ -402,7 +406,9 @@ def _check_records(records: Sequence[AggregationRecord]) -> None:
             )
 
 
-def _graph_map(graph: Mapping[int, GraphKnowledge] | Sequence[GraphKnowledge] | None) -> dict[int, GraphKnowledge]:
+def _graph_map(
+    graph: Mapping[int, GraphKnowledge] | Sequence[GraphKnowledge] | None,
+) -> dict[int, GraphKnowledge]:
     if graph is None:
         return {}
     items = graph.values() if isinstance(graph, Mapping) else graph
@@ -428,9 +434,7 @@ def server_view(
         graph: Graph structure granted to the adversary (default: none).
     """
     _check_records(records)
-    obs = tuple(
-        _observation(r, (SERVER,), (), r.released if r.recipient is None else None) for r in records
-    )
+    obs = tuple(_observation(r, (SERVER,), (), r.released if r.recipient is None else None) for r in records)
     return AdversaryView("server", (SERVER,), obs, public, _graph_map(graph))
 
 

@@ -232,7 +232,9 @@ class DropoutPlan:
             if phase == "any":
                 phase = str(phases[int(rng.integers(len(phases)))])
             elif phase not in phases:
-                raise ConfigError(f"unknown dropout phase {phase!r} for client {client}; valid: {list(phases)}")
+                raise ConfigError(
+                    f"unknown dropout phase {phase!r} for client {client}; valid: {list(phases)}"
+                )
             out[int(client)] = phase
         return out
 

@@ -63,7 +63,9 @@ def _context_digest(context: bytes | Mapping[int, bytes]) -> bytes:
         for c in sorted(context):
             h.update(int(c).to_bytes(8, "big") + hashlib.sha256(bytes(context[c])).digest())
     else:
-        raise ConfigError(f"context must be bytes or a mapping of client -> bytes, got {type(context).__name__}")
+        raise ConfigError(
+            f"context must be bytes or a mapping of client -> bytes, got {type(context).__name__}"
+        )
     return h.digest()
 
 
@@ -97,7 +99,9 @@ class ReleaseGuard(Protocol):
 
     name: ClassVar[str] = "release-guard"
 
-    def __init__(self, base: Protocol, *, min_difference: int = 2, mode: Literal["difference", "fixed"] = "difference") -> None:
+    def __init__(
+        self, base: Protocol, *, min_difference: int = 2, mode: Literal["difference", "fixed"] = "difference"
+    ) -> None:
         if not isinstance(base, Protocol):
             raise ConfigError(f"ReleaseGuard wraps a Protocol instance, got {type(base).__name__}")
         if isinstance(min_difference, bool) or not isinstance(min_difference, int) or min_difference < 2:
@@ -119,8 +123,9 @@ class ReleaseGuard(Protocol):
     def label(self) -> str:
         return f"{getattr(self.base, 'label', getattr(self.base, 'name', type(self.base).__name__))}+guard"
 
-    def released_sets(self, schema: SumSchema, context: bytes | Mapping[int, bytes] = b"",
-                      recipient: int | None = None) -> list[frozenset[int]]:
+    def released_sets(
+        self, schema: SumSchema, context: bytes | Mapping[int, bytes] = b"", recipient: int | None = None
+    ) -> list[frozenset[int]]:
         """The participant sets released so far for one statistic."""
         return list(self._history.get(statistic_key(schema, context, recipient), []))
 
@@ -172,7 +177,12 @@ class ReleaseGuard(Protocol):
         if why is not None:
             raise ReleaseRefusedError(f"invited set refused: {why}", phase="invite")
         sums, transcript = self.base.aggregate(
-            schema, contributions, dropouts=dropouts, round_index=round_index, recipient=recipient, context=context
+            schema,
+            contributions,
+            dropouts=dropouts,
+            round_index=round_index,
+            recipient=recipient,
+            context=context,
         )
         survivors = frozenset(int(c) for c in transcript.survivors) if transcript.survivors else invited
         why = self._violation(key, survivors)

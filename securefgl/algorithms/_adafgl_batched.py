@@ -133,7 +133,9 @@ class _Batch:
         self.sizes = [int(c.x.size(0)) for c in clients]
         self.n_max = max(self.sizes)
         self.f = num_features
-        k_of = torch.cat([torch.full((n,), k, dtype=torch.long, device=dev) for k, n in enumerate(self.sizes)])
+        k_of = torch.cat(
+            [torch.full((n,), k, dtype=torch.long, device=dev) for k, n in enumerate(self.sizes)]
+        )
         local = torch.cat([torch.arange(n, device=dev) for n in self.sizes])
         self.pad_index = k_of * self.n_max + local  # concatenated node -> flat padded row
         self.valid = torch.zeros(self.k * self.n_max, dtype=torch.bool, device=dev)
@@ -162,7 +164,11 @@ class _Batch:
         if density <= 0.3:
             rows, cols = nz.nonzero(as_tuple=True)
             counts = torch.bincount(rows, minlength=total)
-            self.bags = (cols + k_of[rows] * num_features, torch.cumsum(counts, 0) - counts, x_all[rows, cols])
+            self.bags = (
+                cols + k_of[rows] * num_features,
+                torch.cumsum(counts, 0) - counts,
+                x_all[rows, cols],
+            )
         else:
             self.x_pad = self.pad(x_all)
 
@@ -236,7 +242,11 @@ def _lmp(st: _Stacked, b: _Batch, h_m: torch.Tensor, p0: torch.Tensor) -> torch.
 
 
 def _combine(
-    out: dict[str, torch.Tensor], p_hat: torch.Tensor, hcs: torch.Tensor, homo: torch.Tensor, opts: LocalStepOptions
+    out: dict[str, torch.Tensor],
+    p_hat: torch.Tensor,
+    hcs: torch.Tensor,
+    homo: torch.Tensor,
+    opts: LocalStepOptions,
 ) -> torch.Tensor:
     prior = F.softmax(p_hat, dim=2) if opts.compat_double_softmax else p_hat
     y_ho = (F.softmax(out["ho"], dim=2) + prior) / 2.0
@@ -311,7 +321,9 @@ def train_local_batched(
             n = b.sizes[i]
             p0[i, :n, :n] = c.p0  # type: ignore[index]
     hcs = torch.tensor([c.hcs for c in clients], dtype=torch.float32, device=dev)
-    homo = hcs >= opts.hard_threshold if opts.combine == "hard" else torch.ones(kk, dtype=torch.bool, device=dev)
+    homo = (
+        hcs >= opts.hard_threshold if opts.combine == "hard" else torch.ones(kk, dtype=torch.bool, device=dev)
+    )
     use_ho = homo.float()
     use_he = (~homo).float() if opts.combine == "hard" else torch.ones(kk, device=dev)
     params = list(st.params.values())

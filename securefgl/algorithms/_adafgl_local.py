@@ -178,10 +178,14 @@ def train_prepared(
     """
     opts = step_options(options)
     outcomes: dict[int, LocalOutcome] = {}
-    together = [i for i, p in enumerate(prepared) if batched and (p.dense_message_passing or not opts.message_passing)]
+    together = [
+        i for i, p in enumerate(prepared) if batched and (p.dense_message_passing or not opts.message_passing)
+    ]
     if len(together) > 1:
         gen = batch_generator if batch_generator is not None else generators[together[0]]
-        outs = train_local_batched([prepared[i].inputs for i in together], opts, num_classes=num_classes, generator=gen)
+        outs = train_local_batched(
+            [prepared[i].inputs for i in together], opts, num_classes=num_classes, generator=gen
+        )
         outcomes.update(zip(together, outs, strict=True))
     for i, p in enumerate(prepared):
         if i in outcomes:
@@ -243,10 +247,20 @@ def local_personalization(
         client: client id, for error messages.
     """
     prepared = prepare_client(
-        x, edge_index, y, masks, p_hat, extractor_logits, options, num_classes=num_classes, generator=generator,
+        x,
+        edge_index,
+        y,
+        masks,
+        p_hat,
+        extractor_logits,
+        options,
+        num_classes=num_classes,
+        generator=generator,
         client=client,
     )
-    return train_prepared([prepared], options, num_classes=num_classes, generators=[generator], batched=False)[0]
+    return train_prepared(
+        [prepared], options, num_classes=num_classes, generators=[generator], batched=False
+    )[0]
 
 
 def _finite_or_none(v: float) -> float | None:

@@ -88,7 +88,9 @@ class PReLUMLP(nn.Module):
         ``(N, dims[0])`` -> ``(N, dims[-1])``.
     """
 
-    def __init__(self, dims: tuple[int, ...], *, dropout: float = 0.5, generator: torch.Generator | None = None):
+    def __init__(
+        self, dims: tuple[int, ...], *, dropout: float = 0.5, generator: torch.Generator | None = None
+    ):
         super().__init__()
         if len(dims) < 2:
             raise ConfigError(f"an MLP needs at least input and output widths, got {dims!r}")
@@ -102,7 +104,9 @@ class PReLUMLP(nn.Module):
         return self.tail(self.first(x), generator)
 
     def __repr__(self) -> str:
-        dims = [self.first.in_features, self.first.out_features] + [lin.out_features for lin in self.tail.lins]
+        dims = [self.first.in_features, self.first.out_features] + [
+            lin.out_features for lin in self.tail.lins
+        ]
         return f"PReLUMLP({dims}, dropout={self.tail.dropout})"
 
 
@@ -126,7 +130,9 @@ class SmoothedFeatures:
         sparse_max_density: treat ``X`` as sparse when its density is at most this (default: 0.3).
     """
 
-    def __init__(self, x: torch.Tensor, operator: torch.Tensor, num_hops: int, *, sparse_max_density: float = 0.3):
+    def __init__(
+        self, x: torch.Tensor, operator: torch.Tensor, num_hops: int, *, sparse_max_density: float = 0.3
+    ):
         if num_hops < 0:
             raise ConfigError(f"num_hops must be >= 0, got {num_hops!r}")
         self.x = x
@@ -184,7 +190,12 @@ class SmoothedInput(nn.Module):
     """
 
     def __init__(
-        self, num_features: int, num_hops: int, widths: dict[str, int], *, generator: torch.Generator | None = None
+        self,
+        num_features: int,
+        num_hops: int,
+        widths: dict[str, int],
+        *,
+        generator: torch.Generator | None = None,
     ) -> None:
         super().__init__()
         f, k1, total = num_features, num_hops + 1, sum(widths.values())
@@ -215,7 +226,11 @@ class SmoothedInput(nn.Module):
             out = xs.apply(self.weight)
         else:  # dense (N, (K_p + 1) F) with hop-major columns
             k1, total = self.num_hops + 1, sum(self.widths.values())
-            w = self.weight.view(self.num_features, k1, total).transpose(0, 1).reshape(k1 * self.num_features, total)
+            w = (
+                self.weight.view(self.num_features, k1, total)
+                .transpose(0, 1)
+                .reshape(k1 * self.num_features, total)
+            )
             out = xs @ w
         out = out + self.bias
         return dict(zip(self.widths, out.split(list(self.widths.values()), dim=1), strict=True))
@@ -372,7 +387,9 @@ class AdaFGLLocalModel(nn.Module):
             if he_input == "smoothed_feats":
                 self.msg = _Tail((hidden, hidden, num_classes), dropout, generator)
             else:
-                self.msg = PReLUMLP((num_classes, hidden, hidden, num_classes), dropout=dropout, generator=generator)
+                self.msg = PReLUMLP(
+                    (num_classes, hidden, hidden, num_classes), dropout=dropout, generator=generator
+                )
             self.lmp = LearnableMessagePassing(beta, compat_c1_scaling=compat_c1_scaling)
 
     def forward(

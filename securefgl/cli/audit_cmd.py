@@ -46,21 +46,29 @@ def audit_command(
         str, typer.Option(help=f"Comma-separated attacks: {_attack_names()}.")
     ] = "gradient-inversion,label,link-stealing",
     protocol: Annotated[str, typer.Option(help="Comma-separated protocols.")] = "plaintext,secagg,secagg+dp",
-    view: Annotated[str, typer.Option(help="Comma-separated adversaries: server, client, collusion.")] = "server",
+    view: Annotated[
+        str, typer.Option(help="Comma-separated adversaries: server, client, collusion.")
+    ] = "server",
     trials: Annotated[int, typer.Option(help="Targets / seeds per attack (mean ± std).")] = 5,
     seed: Annotated[int, typer.Option(help="Training and attack seed.")] = 0,
-    rounds: Annotated[int | None, typer.Option(help="Rounds of the federated job. (default: the run's)")] = None,
+    rounds: Annotated[
+        int | None, typer.Option(help="Rounds of the federated job. (default: the run's)")
+    ] = None,
     split: Annotated[
         str | None, typer.Option(help="Node split: 'public' or ratios like 0.2,0.4,0.4. (default: the run's)")
     ] = None,
     graph_known: Annotated[
         bool, typer.Option("--graph-known", help="Grant the adversary the targets' graph structure.")
     ] = False,
-    output: Annotated[Path | None, typer.Option(help="Report folder (audit.json, summary.md, figures).")] = None,
+    output: Annotated[
+        Path | None, typer.Option(help="Report folder (audit.json, summary.md, figures).")
+    ] = None,
     device: Annotated[str, typer.Option(help="cpu, cuda or auto.")] = "cpu",
     set_: Annotated[
         list[str] | None,
-        typer.Option("--set", help="Any run setting as section.key=value (repeatable), e.g. train.optimizer=sgd."),
+        typer.Option(
+            "--set", help="Any run setting as section.key=value (repeatable), e.g. train.optimizer=sgd."
+        ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
@@ -70,7 +78,9 @@ def audit_command(
         _audit(locals())
     except SecureFGLError as exc:
         if as_json:
-            typer.echo(json.dumps({"error": str(exc), "type": type(exc).__name__, "exit_code": exc.exit_code}))
+            typer.echo(
+                json.dumps({"error": str(exc), "type": type(exc).__name__, "exit_code": exc.exit_code})
+            )
             raise typer.Exit(exc.exit_code) from None
         raise
 
@@ -123,8 +133,14 @@ def _print(result: Any) -> None:
         table.add_column(col)
     for r in result.table():
         if r["status"] != "ok":
-            table.add_row(r["attack"], r["protocol"], r["view"], "—", r["status"].replace("_", " "),
-                          (r["reason"] or "")[:80])
+            table.add_row(
+                r["attack"],
+                r["protocol"],
+                r["view"],
+                "—",
+                r["status"].replace("_", " "),
+                (r["reason"] or "")[:80],
+            )
             continue
         value = f"{r['mean']:.3f} ± {r['std']:.3f}" if r["mean"] is not None else "n/a"
         bl = ", ".join(f"{k} {v:.3f}" for k, v in r["baselines"].items() if v is not None)

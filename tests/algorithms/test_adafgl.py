@@ -775,9 +775,8 @@ def test_batched_step2_equals_one_client_path(overrides, sparse_x):
 
 
 def test_registry_and_combinations():
-    from securefgl.algorithms.registry import find_problems, get_algorithm
-
     from securefgl.algorithms.adafgl import AdaFGL
+    from securefgl.algorithms.registry import find_problems, get_algorithm
 
     assert get_algorithm("AdaFGL") is AdaFGL
     assert find_problems("adafgl", "secagg", "gcn", "cora", options={"alpha": 0.3}) == []
@@ -796,8 +795,16 @@ def test_client_report_has_homophily_and_hcs():
     res = run_seed(_run_config("plaintext", 2, {"epochs": 3, "hidden": 8}), fg, 0, torch.device("cpu"))
     assert res.final.phase == "personalize"
     cfg = _run_config("plaintext", 2)
-    setting = Setting(fg.num_features, fg.num_classes, fg.num_clients, fg.num_nodes, fg.num_nodes, cfg.model,
-                      cfg.train, max_clients_per_round=fg.num_clients)
+    setting = Setting(
+        fg.num_features,
+        fg.num_classes,
+        fg.num_clients,
+        fg.num_nodes,
+        fg.num_nodes,
+        cfg.model,
+        cfg.train,
+        max_clients_per_round=fg.num_clients,
+    )
     algo = create_algorithm("adafgl", setting, {"epochs": 2, "hidden": 8})
     clients = [Client(i, d, _gen(i), workspace={"generator": _gen(5)}) for i, d in enumerate(fg.clients)]
     server = algo.init_server(_gen(1))
@@ -805,7 +812,15 @@ def test_client_report_has_homophily_and_hcs():
 
     algo.personalize_clients(clients, algo.initial_broadcast(server), Phase("personalize", kind="local"))
     rep = algo.client_report(clients[0])
-    for key in ("num_nodes", "num_edges", "isolated_nodes", "label_histogram", "node_homophily", "edge_homophily",
-                "class_homophily", "hcs"):
+    for key in (
+        "num_nodes",
+        "num_edges",
+        "isolated_nodes",
+        "label_histogram",
+        "node_homophily",
+        "edge_homophily",
+        "class_homophily",
+        "hcs",
+    ):
         assert key in rep
     assert 0.0 <= rep["hcs"] <= 1.0 and sum(rep["label_histogram"]) == clients[0].num_nodes

@@ -27,8 +27,16 @@ def fedavg_round():
     data = make_csbm(num_nodes=240, num_classes=3, num_features=8, avg_degree=6.0, seed=0)
     fg = partition_graph(data, "louvain", 4, seed=0, cache=False)
     spec = ModelSpec("mlp", hidden=16, dropout=0.0)
-    setting = Setting(fg.num_features, fg.num_classes, 4, fg.num_nodes, fg.num_nodes, spec,
-                      TrainConfig(local_epochs=1, optimizer="sgd", lr=0.1), max_clients_per_round=4)
+    setting = Setting(
+        fg.num_features,
+        fg.num_classes,
+        4,
+        fg.num_nodes,
+        fg.num_nodes,
+        spec,
+        TrainConfig(local_epochs=1, optimizer="sgd", lr=0.1),
+        max_clients_per_round=4,
+    )
     alg = create_algorithm("fedavg", setting, {})
     ws = {"generator": torch.Generator().manual_seed(0)}
     clients = [Client(i, c, torch.Generator().manual_seed(i), workspace=ws) for i, c in enumerate(fg.clients)]
@@ -50,12 +58,14 @@ def fedavg_round():
 @pytest.mark.parametrize("protocol", ["plaintext", "secagg"])
 def test_model_inconsistency_is_caught_by_session_binding(fedavg_round, protocol):
     _, train, schema_for, model, broadcast = fedavg_round
-    caught = model_inconsistency_attack(get_protocol(protocol), schema_for, train, model, broadcast, [0, 1, 2, 3],
-                                        2, bind_context=True)
+    caught = model_inconsistency_attack(
+        get_protocol(protocol), schema_for, train, model, broadcast, [0, 1, 2, 3], 2, bind_context=True
+    )
     assert not caught.target_in_sum and "InconsistentViewError" in caught.refused
     assert 2 in caught.excluded
-    unbound = model_inconsistency_attack(get_protocol(protocol), schema_for, train, model, broadcast,
-                                         [0, 1, 2, 3], 2, bind_context=False)
+    unbound = model_inconsistency_attack(
+        get_protocol(protocol), schema_for, train, model, broadcast, [0, 1, 2, 3], 2, bind_context=False
+    )
     assert unbound.target_in_sum and unbound.isolation_error < 1e-5  # isolated exactly without the binding
     assert unbound.baseline_error > 1.0  # an honest round mixes everybody
 
@@ -82,7 +92,9 @@ def test_disaggregation_pairwise_guard_is_not_enough_fixed_is():
     sets = [[0, 1], [0, 2], [1, 2], [0, 1, 2, 3, 4], [2, 3], [3, 4], [2, 4]]
     plain = disaggregation_attack(get_protocol("secagg"), SCHEMA, INPUTS, sets)
     assert plain.identifiable == [0, 1, 2, 3, 4] and max(plain.errors.values()) < 1e-4
-    diff = disaggregation_attack(ReleaseGuard(get_protocol("secagg"), mode="difference"), SCHEMA, INPUTS, sets)
+    diff = disaggregation_attack(
+        ReleaseGuard(get_protocol("secagg"), mode="difference"), SCHEMA, INPUTS, sets
+    )
     assert 0 in diff.identifiable  # pairwise differences >= 2, yet (S01 + S02 - S12) / 2 = x0
     fixed = disaggregation_attack(ReleaseGuard(get_protocol("secagg"), mode="fixed"), SCHEMA, INPUTS, sets)
     assert fixed.identifiable == [] and len(fixed.released) == 1

@@ -19,10 +19,21 @@ SMALL = {
 
 
 def test_audit_report_plaintext_vs_secagg(tmp_path):
-    res = audit(AuditConfig(
-        algorithm="fedavg", model="mlp", dataset="csbm", clients=4, trials=2, rounds=2,
-        attacks=("gradient-inversion", "label", "membership", "statistics"), protocols=("plaintext", "secagg"),
-        run=SMALL, inversion=InversionConfig(restarts=2, iterations=60), output=str(tmp_path)))
+    res = audit(
+        AuditConfig(
+            algorithm="fedavg",
+            model="mlp",
+            dataset="csbm",
+            clients=4,
+            trials=2,
+            rounds=2,
+            attacks=("gradient-inversion", "label", "membership", "statistics"),
+            protocols=("plaintext", "secagg"),
+            run=SMALL,
+            inversion=InversionConfig(restarts=2, iterations=60),
+            output=str(tmp_path),
+        )
+    )
     gi_plain = res.get("gradient-inversion", "plaintext")
     gi_sec = res.get("gradient-inversion", "secagg")
     assert gi_plain.status == gi_sec.status == "ok"
@@ -36,7 +47,12 @@ def test_audit_report_plaintext_vs_secagg(tmp_path):
     mia = res.get("membership", "plaintext").metrics["loss_auc"]
     assert mia.baselines == {"chance": 0.5}
     doc = json.loads((tmp_path / "audit.json").read_text())
-    assert {o["attack"] for o in doc["outcomes"]} == {"gradient-inversion", "label", "membership", "statistics"}
+    assert {o["attack"] for o in doc["outcomes"]} == {
+        "gradient-inversion",
+        "label",
+        "membership",
+        "statistics",
+    }
     md = (tmp_path / "summary.md").read_text()
     assert "not applicable" in md and "| gradient-inversion | plaintext | server | feature_cosine |" in md
     for fig in ("reconstructions.png", "roc.png"):
@@ -44,18 +60,36 @@ def test_audit_report_plaintext_vs_secagg(tmp_path):
 
 
 def test_nothing_to_attack_is_reported_not_zero():
-    res = audit(AuditConfig(
-        algorithm="fedavg", model="mlp", dataset="csbm", clients=3, trials=1, rounds=1, attacks=("label",),
-        protocols=("plaintext",), views=("client",), run=SMALL))
-    out = res.get("label", "plaintext", "client:" + str(res.outcomes[0].view.split(":")[1]))
+    res = audit(
+        AuditConfig(
+            algorithm="fedavg",
+            model="mlp",
+            dataset="csbm",
+            clients=3,
+            trials=1,
+            rounds=1,
+            attacks=("label",),
+            protocols=("plaintext",),
+            views=("client",),
+            run=SMALL,
+        )
+    )
+    out = res.get("label", "plaintext", "client")
     assert out.status == "nothing_to_attack" and not out.metrics
     assert "client" in out.reason
 
 
 def test_refused_before_running():
     with pytest.raises(AttackNotApplicableError, match="no requested attack applies"):
-        audit(AuditConfig(algorithm="opfgl", model="gcn", dataset="csbm", attacks=("gradient-inversion",),
-                          protocols=("secagg",)))
+        audit(
+            AuditConfig(
+                algorithm="opfgl",
+                model="gcn",
+                dataset="csbm",
+                attacks=("gradient-inversion",),
+                protocols=("secagg",),
+            )
+        )
     with pytest.raises(ConfigError, match="unknown attack"):
         AuditConfig(attacks=("mind-reading",))
     with pytest.raises(ConfigError, match="unknown protocol"):

@@ -91,19 +91,30 @@ def _fedavg_run(protocol: str, seed: int = 0):
     from securefgl.api import load_federated_graph
     from securefgl.engine.config import RunConfig
 
-    cfg = RunConfig.from_mapping({
-        "dataset": {"name": "csbm", "csbm": {"num_nodes": 400, "num_classes": 4, "num_features": 32,
-                                             "avg_degree": 6.0, "seed": seed}},
-        "partition": {"method": "louvain", "clients": 10, "cache": False, "split": [0.1, 0.45, 0.45]},
-        "protocol": {"name": protocol},
-        "model": {"name": "mlp", "hidden": 256, "dropout": 0.0},
-        "train": {"rounds": 1, "local_epochs": 1, "optimizer": "sgd", "lr": 0.1},
-        "output": {"save": False},
-    })
+    cfg = RunConfig.from_mapping(
+        {
+            "dataset": {
+                "name": "csbm",
+                "csbm": {
+                    "num_nodes": 400,
+                    "num_classes": 4,
+                    "num_features": 32,
+                    "avg_degree": 6.0,
+                    "seed": seed,
+                },
+            },
+            "partition": {"method": "louvain", "clients": 10, "cache": False, "split": [0.1, 0.45, 0.45]},
+            "protocol": {"name": protocol},
+            "model": {"name": "mlp", "hidden": 256, "dropout": 0.0},
+            "train": {"rounds": 1, "local_epochs": 1, "optimizer": "sgd", "lr": 0.1},
+            "output": {"save": False},
+        }
+    )
     fg = load_federated_graph(cfg)
     run = capture_run(cfg, fg, seed)
-    pub = PublicInfo("fedavg", fg.num_features, fg.num_classes, fg.num_clients, cfg.model, cfg.train,
-                     run.final_broadcast)
+    pub = PublicInfo(
+        "fedavg", fg.num_features, fg.num_classes, fg.num_clients, cfg.model, cfg.train, run.final_broadcast
+    )
     return cfg, fg, server_view(run.records, pub)
 
 
@@ -117,10 +128,19 @@ def _attack(cfg, fg, view, targets, source):
         c = fg.clients[t]
         up = ups["individual"][t] if source == "individual" else ups["sum"]
         n = int(c.train_mask.sum())
-        rec = invert_update(up, model, recipe, num_features=fg.num_features, num_classes=fg.num_classes,
-                            num_nodes=None if source == "individual" else n)
-        out.append(score_reconstruction(rec.x, rec.y, c.x[c.train_mask], c.y[c.train_mask],
-                                        num_classes=fg.num_classes))
+        rec = invert_update(
+            up,
+            model,
+            recipe,
+            num_features=fg.num_features,
+            num_classes=fg.num_classes,
+            num_nodes=None if source == "individual" else n,
+        )
+        out.append(
+            score_reconstruction(
+                rec.x, rec.y, c.x[c.train_mask], c.y[c.train_mask], num_classes=fg.num_classes
+            )
+        )
     return out
 
 

@@ -26,8 +26,16 @@ from securefgl.protocols.release_guard import ReleaseGuard
 def opfgl_upload():
     data = make_csbm(num_nodes=360, num_classes=3, num_features=8, avg_degree=6.0, homophily=0.6, seed=1)
     fg = partition_graph(data, "random", 4, seed=0, cache=False, split=(0.3, 0.35, 0.35))
-    setting = Setting(fg.num_features, fg.num_classes, fg.num_clients, fg.num_nodes, fg.num_nodes,
-                      ModelSpec("gcn"), TrainConfig(), max_clients_per_round=fg.num_clients)
+    setting = Setting(
+        fg.num_features,
+        fg.num_classes,
+        fg.num_clients,
+        fg.num_nodes,
+        fg.num_nodes,
+        ModelSpec("gcn"),
+        TrainConfig(),
+        max_clients_per_round=fg.num_clients,
+    )
     alg = create_algorithm("opfgl", setting, {"min_class_contributors": 1})
     clients = [Client(i, c, torch.Generator().manual_seed(i)) for i, c in enumerate(fg.clients)]
     for c in clients:
@@ -73,6 +81,8 @@ def test_differencing_recovers_statistics_exactly_and_guard_stops_it(opfgl_uploa
     assert agg["exact"] == 0.0
 
     for mode in ("difference", "fixed"):
-        guarded = differencing_attack(ReleaseGuard(get_protocol(protocol), mode=mode), schema, contribs, target)
+        guarded = differencing_attack(
+            ReleaseGuard(get_protocol(protocol), mode=mode), schema, contribs, target
+        )
         assert guarded.recovered is None and "ReleaseRefusedError" in guarded.refused
         assert len(guarded.records) == 1  # only the first release happened

@@ -56,14 +56,20 @@ def test_view_cannot_reach_contributions_or_transcript(protocol):
     rec = _record(protocol, contribs)
     secret_ids = {id(t) for c in contribs.values() for t in c.values()} | {id(contribs), id(rec.transcript)}
     secret_ids |= {id(rec.transcript.views)} | {id(m) for m in rec.transcript.views.get(1, [])}
-    for view in (server_view([rec], PUBLIC), client_view([rec], PUBLIC, 2), collusion_view([rec], PUBLIC, [1])):
+    for view in (
+        server_view([rec], PUBLIC),
+        client_view([rec], PUBLIC, 2),
+        collusion_view([rec], PUBLIC, [1]),
+    ):
         reach = _reachable(view)
         assert not any(id(o) in secret_ids for o in reach)
         assert not any(isinstance(o, AggregationRecord) for o in reach)
     # the colluder's own input is in its view as a copy, other clients' inputs are not
     col = collusion_view([rec], PUBLIC, [1])
     own = col.observations[0].own_inputs
-    assert set(own) == {1} and torch.equal(own[1]["v"], contribs[1]["v"]) and own[1]["v"] is not contribs[1]["v"]
+    assert (
+        set(own) == {1} and torch.equal(own[1]["v"], contribs[1]["v"]) and own[1]["v"] is not contribs[1]["v"]
+    )
 
 
 def test_plaintext_server_view_holds_exact_inputs():

@@ -18,10 +18,34 @@ def test_audit_help_lists_attacks():
 
 def test_audit_json_small_run(tmp_path):
     args = [
-        "audit", "--algorithm", "fedavg", "--model", "mlp", "--dataset", "csbm", "--clients", "3",
-        "--attack", "label,min-cohort", "--protocol", "plaintext", "--trials", "1", "--rounds", "1", "--json",
-        "--output", str(tmp_path), "--set", "dataset.csbm.num_nodes=150", "--set", "partition.cache=false",
-        "--set", "train.optimizer=sgd", "--set", "train.local_epochs=1",
+        "audit",
+        "--algorithm",
+        "fedavg",
+        "--model",
+        "mlp",
+        "--dataset",
+        "csbm",
+        "--clients",
+        "3",
+        "--attack",
+        "label,min-cohort",
+        "--protocol",
+        "plaintext",
+        "--trials",
+        "1",
+        "--rounds",
+        "1",
+        "--json",
+        "--output",
+        str(tmp_path),
+        "--set",
+        "dataset.csbm.num_nodes=150",
+        "--set",
+        "partition.cache=false",
+        "--set",
+        "train.optimizer=sgd",
+        "--set",
+        "train.local_epochs=1",
     ]
     r = runner.invoke(app, args)
     assert r.exit_code == 0, r.output
