@@ -316,6 +316,13 @@ def main(argv: list[str] | None = None) -> None:
     )
     p.add_argument("--out", default="results/reproduce_fedspray")
     p.add_argument(
+        "--select",
+        nargs="+",
+        default=["val_loss", "val_acc", "last"],
+        choices=["val_loss", "val_acc", "last"],
+        help="round-selection rules to report (val_loss: FedSpray's code; val_acc: the engine's)",
+    )
+    p.add_argument(
         "--threads", type=int, default=1, help="torch intra-op threads (1 is fastest on small graphs)"
     )
     p.add_argument("--force", action="store_true", help="re-run settings already in the saved JSON")
