@@ -119,9 +119,6 @@ def test_benchmark_drops_clients_at_their_upload_stage(name: str, phase: str) ->
     from securefgl.benchmarking import _dropout_plan
     from securefgl.protocols import get_protocol
 
-    try:
-        proto = get_protocol(name)
-    except ConfigError as exc:  # an optional protocol whose dependency is missing
-        pytest.skip(str(exc))
+    proto = get_protocol(name)
     plan = _dropout_plan(proto, list(range(10)), 0.2, np.random.default_rng(0))
     assert len(plan.at) == 2 and set(plan.at.values()) == {phase}
