@@ -1023,7 +1023,7 @@ def _stat_attack(ctx: _Context, name: str, kind: str) -> AttackOutcome:
             "against the target's (public information)"
         )
     else:
-        for k in ("exact", "label_l1", "mean_max_abs_error", "guard_refused"):
+        for k in ("exact", "label_l1", "mean_max_abs_error", "guard_refused", "classes_withheld"):
             if k in vals:
                 base = {}
                 gk = f"guarded_{k}"

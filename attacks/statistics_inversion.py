@@ -162,7 +162,9 @@ def compare_statistics(
     Returns:
         ``label_l1`` (L1 distance of the label distributions), ``mean_cosine`` (over classes present in
         both), ``mean_max_abs_error``, ``var_max_abs_error`` (O-pFGL), ``classes_compared``, and ``exact``
-        (1.0 when the weights and every compared mean/variance agree within ``atol``, else 0.0).
+        (1.0 when every released weight and every compared mean agree within ``atol``, else 0.0), and
+        ``classes_withheld`` (classes the target holds whose row the protocol withheld, e.g. by its
+        minimum-contributors rule: they are not counted against ``exact``, and are reported).
     """
     out: dict[str, float] = {
         "label_l1": float((got.label_distribution - truth.label_distribution).abs().sum())
@@ -181,7 +183,9 @@ def compare_statistics(
         out["var_max_abs_error"] = (
             float((got.variances[vb] - truth.variances[vb]).abs().max()) if bool(vb.any()) else float("nan")
         )
-    weights_ok = bool(((got.weights - truth.weights).abs() <= atol).all())
+    released = torch.isfinite(got.weights)
+    out["classes_withheld"] = float((~released & (truth.weights > 0)).sum())
+    weights_ok = bool(((got.weights - truth.weights)[released].abs() <= atol).all())
     means_ok = (
         bool(both.any())
         and out["mean_max_abs_error"] <= atol

@@ -22,9 +22,11 @@ Ratios are printed next to the numbers. Timings are single runs unless ``repeats
 minimum over repeats, for the protocol and its floors alike).
 
 Sections: the benchmark is a list of named sections (``"protocols"``: the grid; ``"unmasking"``: the
-n = 500, d = 1e5, 10 % dropout server-unmasking check for the complete graph and SecAgg+). A module can
-add a section with :func:`register_section`; modules listed in :data:`SECTION_MODULES` are imported
-before sections are listed, so adding a section is one line there plus the module.
+n = 500, d = 1e5, 10 % dropout server-unmasking check for the complete graph and SecAgg+; ``"ckks"``,
+``"ckks-bytes"`` and ``"dp"``: the CKKS and distributed-DP sections of
+:mod:`securefgl.benchmarking_ckks_dp`). A module can add a section with :func:`register_section`;
+modules listed in :data:`SECTION_MODULES` are imported before sections are listed, so adding a section
+is one line there plus the module.
 """
 
 from __future__ import annotations
@@ -69,7 +71,7 @@ DEFAULT_GRID: dict[str, tuple] = {
 }
 
 #: Modules imported (if present) before sections are listed; each registers its sections on import.
-SECTION_MODULES: list[str] = []
+SECTION_MODULES: list[str] = ["securefgl.benchmarking_ckks_dp"]
 
 
 @dataclass(frozen=True)
@@ -562,8 +564,14 @@ register_section(
 
 def machine_info() -> dict[str, Any]:
     """The machine and library versions the numbers were measured with."""
+    from importlib.metadata import PackageNotFoundError, version
+
     import cryptography
 
+    try:
+        tenseal_version: str | None = version("tenseal")
+    except PackageNotFoundError:
+        tenseal_version = None
     return {
         "python": platform.python_version(),
         "platform": platform.platform(),
@@ -571,6 +579,7 @@ def machine_info() -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "numpy": np.__version__,
         "cryptography": cryptography.__version__,
+        "tenseal": tenseal_version,
     }
 
 
@@ -579,7 +588,9 @@ def run_benchmarks(config: BenchConfig, *, progress: Callable[[str], None] | Non
     known = available_sections()
     unknown = [s for s in config.sections if s not in known]
     if unknown:
-        raise ConfigError(f"unknown benchmark section(s) {unknown}; valid: {known}")
+        raise ConfigError(
+            f"unknown benchmark section(s): {', '.join(unknown)}; valid sections: {', '.join(known)}"
+        )
     out: dict[str, Any] = {"machine": machine_info(), "config": _config_dict(config), "sections": {}}
     for name in config.sections:
         if progress is not None:
@@ -633,7 +644,7 @@ def format_report(result: Mapping[str, Any]) -> str:
     m = result["machine"]
     parts = [
         f"machine: {m['processor']}, {m['cpu_count']} CPUs, Python {m['python']}, numpy {m['numpy']}, "
-        f"cryptography {m['cryptography']}"
+        f"cryptography {m['cryptography']}" + (f", tenseal {m['tenseal']}" if m.get("tenseal") else "")
     ]
     for name, rows in result["sections"].items():
         parts.append(f"\n## {name}\n")

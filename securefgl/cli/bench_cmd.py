@@ -1,5 +1,9 @@
 """``securefgl bench``: side-by-side benchmarks. ``bench protocols`` compares every protocol to its floors.
 
+``--section`` picks what runs (any registered section: ``protocols``, ``unmasking``, ``ckks``,
+``ckks-bytes``, ``dp``, ...); ``--full`` runs those five on the issue-3 grid. The CKKS and DP tables
+alone: ``securefgl bench protocols --section ckks --section ckks-bytes --section dp --clients 10``.
+
 The logic lives in :mod:`securefgl.benchmarking`; this module only parses options and prints.
 """
 
@@ -9,10 +13,17 @@ from typing import Annotated
 
 import typer
 
-from securefgl.benchmarking import DEFAULT_GRID, BenchConfig, format_report, run_benchmarks, to_json
+from securefgl.benchmarking import (
+    DEFAULT_GRID,
+    BenchConfig,
+    available_sections,
+    format_report,
+    run_benchmarks,
+    to_json,
+)
 from securefgl.cli import app
 
-__all__ = ["bench_app", "protocols"]
+__all__ = ["FULL_SECTIONS", "bench_app", "protocols"]
 
 bench_app = typer.Typer(
     name="bench",
@@ -30,6 +41,21 @@ def _protocol_help() -> str:
     except Exception:  # pragma: no cover - help text only
         names = "see securefgl.protocols.available_protocols()"
     return f"Protocol to benchmark (repeatable; default: all available: {names})."
+
+
+#: Sections run by ``--full``: the issue-3 grid and unmasking check, then the issue-5 CKKS and DP tables.
+FULL_SECTIONS: tuple[str, ...] = ("protocols", "unmasking", "ckks", "ckks-bytes", "dp")
+
+
+def _section_help() -> str:
+    try:
+        names = ", ".join(available_sections())
+    except Exception:  # pragma: no cover - help text only
+        names = "see securefgl.benchmarking.available_sections()"
+    return (
+        f"Section to run (repeatable; one of: {names}). Default 'protocols'; "
+        f"with --full: {', '.join(FULL_SECTIONS)}."
+    )
 
 
 @bench_app.command("protocols")
@@ -51,15 +77,16 @@ def protocols(
         bool,
         typer.Option(
             "--full",
-            help="Issue-3 grid (n 10,100; d 1e4,1e5,1e6; dropout 0,0.1) plus the n=500 unmasking check. "
-            "Takes many minutes; explicit --clients/--length/--dropout still win.",
+            help="Issue-3 grid (n 10,100; d 1e4,1e5,1e6; dropout 0,0.1) plus the n=500 unmasking check "
+            "and the CKKS and DP sections (CKKS only where n*d <= 1e6 unless --protocol ckks). "
+            "Takes many minutes; explicit --clients/--length/--dropout/--section still win.",
         ),
     ] = False,
     section: Annotated[
         list[str] | None,
         typer.Option(
             "--section",
-            help="Section to run (repeatable; default 'protocols', with --full also 'unmasking').",
+            help=_section_help(),
         ),
     ] = None,
     repeats: Annotated[int, typer.Option(help="Timed runs per case; the minimum is reported.")] = 1,
@@ -69,7 +96,7 @@ def protocols(
 ) -> None:
     """Benchmark the aggregation protocols against plaintext summation and the raw PRG floor."""
     grid = DEFAULT_GRID if full else {"clients": (10,), "lengths": (10_000,), "dropouts": (0.0,)}
-    sections = tuple(section) if section else (("protocols", "unmasking") if full else ("protocols",))
+    sections = tuple(section) if section else (FULL_SECTIONS if full else ("protocols",))
     config = BenchConfig(
         protocols=tuple(protocol or ()),
         clients=tuple(clients or grid["clients"]),

@@ -122,3 +122,66 @@ def test_benchmark_drops_clients_at_their_upload_stage(name: str, phase: str) ->
     proto = get_protocol(name)
     plan = _dropout_plan(proto, list(range(10)), 0.2, np.random.default_rng(0))
     assert len(plan.at) == 2 and set(plan.at.values()) == {phase}
+
+
+_RATIOS = {
+    "ckks": ["enc_x", "add_x", "dec_x", "enc+add+dec_x"],
+    "ckks-bytes": ["ckks/plaintext", "ckks/float32", "ckks/secagg"],
+    "dp": ["dp_overhead_x"],
+}
+
+
+def test_cli_ckks_and_dp_sections() -> None:
+    import math
+
+    result = runner.invoke(
+        app,
+        [
+            "bench",
+            "protocols",
+            *("--section", "ckks", "--section", "ckks-bytes", "--section", "dp"),
+            *("--clients", "3", "--length", "1000", "--repeats", "1", "--json"),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    sections = json.loads(result.stdout)["sections"]
+    assert list(sections) == ["ckks", "ckks-bytes", "dp"]
+    (ckks,) = sections["ckks"]
+    assert (ckks["n"], ckks["d"], ckks["chunks"], ckks["raw_chunks"]) == (3, 1000, 1, 1)
+    assert isinstance(ckks["meets_1.1x"], bool) and ckks["key_setup_ms"] > 0
+    (nbytes,) = sections["ckks-bytes"]
+    assert nbytes["float32_B"] == 4000 and nbytes["ckks_up_B"] > nbytes["plaintext_up_B"] > 0
+    dp = sections["dp"]
+    assert [r["protocol"] for r in dp] == ["plaintext", "secagg", "secagg+", "ckks"]
+    assert all(r["noise_per_client_ms"] > 0 and r["epsilon(1 round, delta 1e-5)"] > 0 for r in dp)
+    for name, cols in _RATIOS.items():
+        for row in sections[name]:
+            assert "skipped" not in row
+            for col in cols:
+                assert math.isfinite(row[col]) and row[col] > 0, (name, col, row[col])
+
+
+def test_ckks_sections_skip_large_cases_unless_asked() -> None:
+    from securefgl.benchmarking_ckks_dp import bytes_section, ckks_section
+
+    config = BenchConfig(clients=(100,), lengths=(100_000,), sections=("ckks", "ckks-bytes"))
+    for section in (ckks_section, bytes_section):
+        (row,) = section(config)
+        assert row["skipped"].startswith("n*d > 1e+06")
+
+
+def test_full_runs_the_ckks_and_dp_sections() -> None:
+    from securefgl.cli.bench_cmd import FULL_SECTIONS, _section_help
+
+    assert FULL_SECTIONS == ("protocols", "unmasking", "ckks", "ckks-bytes", "dp")
+    assert set(FULL_SECTIONS) <= set(available_sections())
+    assert "one of: protocols, unmasking, ckks, ckks-bytes, dp" in _section_help()
+
+
+def test_cli_unknown_section_names_the_valid_ones(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", "protocols", "--section", "nope", "-n", "2", "-d", "10"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "unknown benchmark section(s): nope" in err
+    assert "valid sections: protocols, unmasking, ckks, ckks-bytes, dp" in err
