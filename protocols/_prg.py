@@ -34,7 +34,7 @@ from typing import Literal, get_args
 
 import numpy as np
 from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+from cryptography.hazmat.primitives.ciphers import Cipher, CipherContext, algorithms, modes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from securefgl.errors import ConfigError
@@ -167,7 +167,7 @@ def derive_key(
     return HKDF(algorithm=hashes.SHA256(), length=length, salt=None, info=info).derive(bytes(secret))
 
 
-def _encryptor(key: bytes, algorithm: str, start_block: int):  # noqa: ANN202 - cryptography context
+def _encryptor(key: bytes, algorithm: str, start_block: int) -> CipherContext:
     if algorithm == "aes256-ctr":
         return Cipher(algorithms.AES(key), modes.CTR(start_block.to_bytes(16, "big"))).encryptor()
     nonce = struct.pack("<I", start_block) + bytes(12)  # RFC 8439: 32-bit LE counter || 96-bit nonce (0)
@@ -218,7 +218,7 @@ def keystream_into(
         zeros = np.zeros(nbytes, dtype=np.uint8)
     enc = _encryptor(bytes(key), algorithm, int(start_block))
     view = out.reshape(-1).view(np.uint8)
-    enc.update_into(memoryview(zeros)[:nbytes], view)
+    enc.update_into(zeros.data[:nbytes], view.data)
     return out
 
 

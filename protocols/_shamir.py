@@ -257,8 +257,8 @@ def lagrange_at_zero_many(xs: np.ndarray) -> np.ndarray:
         raise ConfigError(f"x-coordinates must be in [1, {PRIME - 1}]")
     x = x.astype(np.uint64)
     g, t = x.shape
-    num = np.ones((g, t), dtype=np.uint64)
-    den = np.ones((g, t), dtype=np.uint64)
+    num: np.ndarray = np.ones((g, t), dtype=np.uint64)
+    den: np.ndarray = np.ones((g, t), dtype=np.uint64)
     for j in range(t):
         xj = x[:, j : j + 1]
         diff = (xj + _P - x) % _P  # x_j - x_i for every i of each row
@@ -269,7 +269,8 @@ def lagrange_at_zero_many(xs: np.ndarray) -> np.ndarray:
         den = den * diff % _P
     if not den.all():
         raise ConfigError("x-coordinates must be distinct within each holder set")
-    return num * _inverse(den) % _P
+    coefficients: np.ndarray = num * _inverse(den) % _P
+    return coefficients
 
 
 def reconstruct_many(xs: np.ndarray, shares: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

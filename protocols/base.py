@@ -222,7 +222,9 @@ class DropoutPlan:
         if not 0.0 <= fraction < 1.0:
             raise ConfigError(f"dropout fraction must be in [0, 1), got {fraction!r}")
         k = int(round(fraction * len(clients)))
-        chosen = rng.choice(np.asarray(list(clients)), size=k, replace=False) if k else []
+        chosen: np.ndarray | list[int] = (
+            rng.choice(np.asarray(list(clients)), size=k, replace=False) if k else []
+        )
         return DropoutPlan({int(c): phase for c in chosen})
 
     def resolve(self, phases: Sequence[str], rng: np.random.Generator) -> dict[int, str]:

@@ -130,17 +130,17 @@ from securefgl.protocols._channel import PUBLIC_KEY_BYTES, ChannelKeys
 from securefgl.protocols.base import SERVER, Contribution, DropoutPlan, Protocol, Sums, Transcript
 from securefgl.protocols.encoding import SumSchema, centred_lift, default_rng, ring_mask
 from securefgl.protocols.messages import (
+    Blob,
+    Envelopes,
+    Field,
+    Fixed,
+    IdList,
+    Int,
     Message,
-    _Blob,
-    _Envelopes,
-    _Fixed,
-    _IdList,
-    _Int,
-    _OptionalId,
-    _Text,
+    OptionalId,
+    Text,
     decode,
 )
-from securefgl.protocols.messages import _Field as _MsgField
 from securefgl.protocols.router import Interceptor, Outgoing, Router
 
 __all__ = [
@@ -465,7 +465,7 @@ def _check_context(ctx: ts.Context, params: CKKSParameters, *, private: bool) ->
 
 
 def _sums_to_fields(sums: Sums) -> list[bytes]:
-    header = {
+    header: dict[str, Any] = {
         "n": sums.num_contributors,
         "withheld": sums.withheld,
         "clip": sums.clip_counts,
@@ -522,11 +522,11 @@ def _sums_from_fields(fields: list[bytes], schema: SumSchema) -> Sums:
 # ----------------------------------------------------------------------------------------------------
 
 _BIG = 1 << 30  # largest single blob (a context or a ciphertext) accepted
-_U8 = struct.Struct(">B")
+U8 = struct.Struct(">B")
 _U32S = struct.Struct(">I")
 _U64S = struct.Struct(">Q")
-_ID: _MsgField = _Int(_U32S, 2**32 - 2)
-_SID: _MsgField = _Fixed(32)
+_ID: Field = Int(_U32S, 2**32 - 2)
+_SID: Field = Fixed(32)
 
 
 @dataclass(frozen=True, eq=False)
@@ -542,14 +542,14 @@ class CKKSAdvertiseRequest(Message):
     length: int
     schema_fingerprint: bytes
     params: str
-    FIELDS: ClassVar[dict[str, _MsgField]] = {
-        "protocol": _Text(64),
-        "round_index": _Int(_U64S, 2**64 - 1),
-        "invited": _IdList(),
-        "recipient": _OptionalId(),
-        "length": _Int(_U64S, 2**64 - 1),
-        "schema_fingerprint": _Blob(1024),
-        "params": _Text(1024),
+    FIELDS: ClassVar[dict[str, Field]] = {
+        "protocol": Text(64),
+        "round_index": Int(_U64S, 2**64 - 1),
+        "invited": IdList(),
+        "recipient": OptionalId(),
+        "length": Int(_U64S, 2**64 - 1),
+        "schema_fingerprint": Blob(1024),
+        "params": Text(1024),
     }
 
 
@@ -560,7 +560,7 @@ class CKKSAdvertise(Message):
     TYPE: ClassVar[int] = 0x51
     STAGE: ClassVar[str] = "advertise"
     public_key: bytes
-    FIELDS: ClassVar[dict[str, _MsgField]] = {"public_key": _Fixed(PUBLIC_KEY_BYTES)}
+    FIELDS: ClassVar[dict[str, Field]] = {"public_key": Fixed(PUBLIC_KEY_BYTES)}
 
 
 @dataclass(frozen=True, eq=False)
@@ -572,10 +572,10 @@ class CKKSKeysRequest(Message):
     roster: tuple[tuple[int, bytes], ...]
     generator: int
     holders: tuple[int, ...]
-    FIELDS: ClassVar[dict[str, _MsgField]] = {
-        "roster": _Envelopes(PUBLIC_KEY_BYTES),
+    FIELDS: ClassVar[dict[str, Field]] = {
+        "roster": Envelopes(PUBLIC_KEY_BYTES),
         "generator": _ID,
-        "holders": _IdList(),
+        "holders": IdList(),
     }
 
 
@@ -588,10 +588,10 @@ class CKKSKeys(Message):
     session_id: bytes
     public_context: bytes
     sealed: tuple[tuple[int, bytes], ...]
-    FIELDS: ClassVar[dict[str, _MsgField]] = {
+    FIELDS: ClassVar[dict[str, Field]] = {
         "session_id": _SID,
-        "public_context": _Blob(_BIG),
-        "sealed": _Envelopes(_BIG),
+        "public_context": Blob(_BIG),
+        "sealed": Envelopes(_BIG),
     }
 
 
@@ -603,7 +603,7 @@ class CKKSUploadRequest(Message):
     STAGE: ClassVar[str] = "upload"
     session_id: bytes
     sealed: bytes
-    FIELDS: ClassVar[dict[str, _MsgField]] = {"session_id": _SID, "sealed": _Blob(_BIG)}
+    FIELDS: ClassVar[dict[str, Field]] = {"session_id": _SID, "sealed": Blob(_BIG)}
 
 
 @dataclass(frozen=True, eq=False)
@@ -614,7 +614,7 @@ class CKKSUpload(Message):
     STAGE: ClassVar[str] = "upload"
     session_id: bytes
     ciphertexts: tuple[tuple[int, bytes], ...]
-    FIELDS: ClassVar[dict[str, _MsgField]] = {"session_id": _SID, "ciphertexts": _Envelopes(_BIG)}
+    FIELDS: ClassVar[dict[str, Field]] = {"session_id": _SID, "ciphertexts": Envelopes(_BIG)}
 
 
 @dataclass(frozen=True, eq=False)
@@ -626,10 +626,10 @@ class CKKSSumRequest(Message):
     session_id: bytes
     contributors: tuple[int, ...]
     ciphertexts: tuple[tuple[int, bytes], ...]
-    FIELDS: ClassVar[dict[str, _MsgField]] = {
+    FIELDS: ClassVar[dict[str, Field]] = {
         "session_id": _SID,
-        "contributors": _IdList(),
-        "ciphertexts": _Envelopes(_BIG),
+        "contributors": IdList(),
+        "ciphertexts": Envelopes(_BIG),
     }
 
 
@@ -642,10 +642,10 @@ class CKKSRelease(Message):
     session_id: bytes
     header: bytes
     arrays: tuple[tuple[int, bytes], ...]
-    FIELDS: ClassVar[dict[str, _MsgField]] = {
+    FIELDS: ClassVar[dict[str, Field]] = {
         "session_id": _SID,
-        "header": _Blob(1 << 24),
-        "arrays": _Envelopes(_BIG),
+        "header": Blob(1 << 24),
+        "arrays": Envelopes(_BIG),
     }
 
 

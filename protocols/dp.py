@@ -264,7 +264,7 @@ def conditional_round(
     # Conservative margin for the float64 norm computation.
     limit = float(bound_sq) * (1.0 - 1e-12)
     for _ in range(max_attempts):
-        r = base + (source.uniform_open(y.size) < frac)
+        r: np.ndarray = base + (source.uniform_open(y.size) < frac)
         rf = r.astype(np.float64)
         if float(np.einsum("i,i->", rf, rf)) <= limit:
             return r
@@ -314,7 +314,11 @@ class DDGBlock:
 
 
 def ddg_round_rdp(
-    blocks: Sequence[DDGBlock], orders: Sequence[float], *, min_shares: int, max_shares: int
+    blocks: Sequence[DDGBlock],
+    orders: Sequence[float] | np.ndarray,
+    *,
+    min_shares: int,
+    max_shares: int,
 ) -> np.ndarray:
     """RDP of one round of the distributed discrete Gaussian, summed over blocks (no subsampling).
 
@@ -765,10 +769,10 @@ class DistributedDP(Protocol):
         else:
             z = self._calibrate(blocks_for, schema.max_clients)
         blocks = blocks_for(z)
-        for n, b in blocks.items():
-            if b.sigma < 0.5:
+        for n, blk in blocks.items():
+            if blk.sigma < 0.5:
                 raise PrivacyBudgetError(
-                    f"block {n!r}: the per-client noise scale is {b.sigma:.3g} grid steps (< 0.5), where the "
+                    f"block {n!r}: the per-client noise scale is {blk.sigma:.3g} grid steps (< 0.5), where the "
                     "distributed discrete Gaussian analysis does not apply; raise the noise multiplier or "
                     "the clip norm, or use a finer precision"
                 )
@@ -777,9 +781,9 @@ class DistributedDP(Protocol):
             if spec.name not in blocks:
                 inner_blocks.append(spec)
                 continue
-            b = blocks[spec.name]
+            blk = blocks[spec.name]
             g = gamma[spec.name]
-            reach = min(spec.bound, clip[spec.name]) + g + _TAIL_SIGMAS * b.sigma * g
+            reach = min(spec.bound, clip[spec.name]) + g + _TAIL_SIGMAS * blk.sigma * g
             inner_blocks.append(
                 dataclasses.replace(
                     spec,

@@ -117,7 +117,8 @@ def _as_ring_array(x: np.ndarray, what: str) -> np.ndarray:
 def ring_reduce(x: np.ndarray, bits: int, out: np.ndarray | None = None) -> np.ndarray:
     """Reduce uint64 values mod :math:`2^{bits}` (a bitwise AND; in place when ``out is x``)."""
     _as_ring_array(x, "x")
-    return np.bitwise_and(x, ring_mask(bits), out=out)
+    reduced: np.ndarray = np.bitwise_and(x, ring_mask(bits), out=out)
+    return reduced
 
 
 def ring_add(a: np.ndarray, b: np.ndarray, bits: int, out: np.ndarray | None = None) -> np.ndarray:
@@ -128,23 +129,26 @@ def ring_add(a: np.ndarray, b: np.ndarray, bits: int, out: np.ndarray | None = N
     """
     _as_ring_array(a, "a")
     _as_ring_array(b, "b")
-    res = np.add(a, b, out=out)
-    return np.bitwise_and(res, ring_mask(bits), out=res)
+    res: np.ndarray = np.add(a, b, out=out)
+    np.bitwise_and(res, ring_mask(bits), out=res)
+    return res
 
 
 def ring_sub(a: np.ndarray, b: np.ndarray, bits: int, out: np.ndarray | None = None) -> np.ndarray:
     """:math:`(a - b) \\bmod 2^{bits}`, elementwise; ``out`` may be ``a``."""
     _as_ring_array(a, "a")
     _as_ring_array(b, "b")
-    res = np.subtract(a, b, out=out)
-    return np.bitwise_and(res, ring_mask(bits), out=res)
+    res: np.ndarray = np.subtract(a, b, out=out)
+    np.bitwise_and(res, ring_mask(bits), out=res)
+    return res
 
 
 def ring_neg(a: np.ndarray, bits: int, out: np.ndarray | None = None) -> np.ndarray:
     """:math:`-a \\bmod 2^{bits}`, elementwise; ``out`` may be ``a``."""
     _as_ring_array(a, "a")
-    res = np.subtract(np.uint64(0), a, out=out)
-    return np.bitwise_and(res, ring_mask(bits), out=res)
+    res: np.ndarray = np.subtract(np.uint64(0), a, out=out)
+    np.bitwise_and(res, ring_mask(bits), out=res)
+    return res
 
 
 def ring_sum(arrays: Sequence[np.ndarray], bits: int, length: int | None = None) -> np.ndarray:
@@ -165,7 +169,8 @@ def ring_sum(arrays: Sequence[np.ndarray], bits: int, length: int | None = None)
         if a.shape != acc.shape:
             raise EncodingError(f"ring_sum: arrays[{i}] has shape {a.shape}, expected {acc.shape}")
         np.add(acc, a, out=acc)  # wraps mod 2^64; reduced once at the end
-    return np.bitwise_and(acc, ring_mask(bits), out=acc)
+    np.bitwise_and(acc, ring_mask(bits), out=acc)
+    return acc
 
 
 def centred_lift(x: np.ndarray, bits: int) -> np.ndarray:
@@ -178,7 +183,8 @@ def centred_lift(x: np.ndarray, bits: int) -> np.ndarray:
     _as_ring_array(x, "x")
     shift = np.uint64(64 - bits)
     # Move the ring's sign bit to bit 63, reinterpret as signed, shift back arithmetically.
-    return np.left_shift(x, shift).view(np.int64) >> np.int64(64 - bits)
+    signed: np.ndarray = np.left_shift(x, shift).view(np.int64) >> np.int64(64 - bits)
+    return signed
 
 
 def ring_from_signed(x: np.ndarray, bits: int, out: np.ndarray | None = None) -> np.ndarray:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar, overload
 
 import numpy as np
 
@@ -42,6 +42,21 @@ __all__ = [
     "Unmask",
     "DeliverRequest",
     "Abort",
+    "U8",
+    "U16",
+    "U32",
+    "U64",
+    "Field",
+    "Int",
+    "OptionalId",
+    "Fixed",
+    "Blob",
+    "Text",
+    "IdList",
+    "KeyTable",
+    "Envelopes",
+    "RingVector",
+    "ShareMatrix",
     "decode",
     "encode",
     "message_types",
@@ -54,6 +69,7 @@ _U32_MAX = 2**32 - 1
 _NONE_U32 = 2**32 - 1  # encodes "no recipient"
 
 M = TypeVar("M", bound="Message")
+M2 = TypeVar("M2", bound="Message")
 
 
 class _Reader:
@@ -82,7 +98,7 @@ class _Reader:
         return fmt.unpack(self.take(fmt.size))
 
     def count(self, item_bytes: int, what: str) -> int:
-        (n,) = self.unpack(_U32)
+        (n,) = self.unpack(U32)
         if n * item_bytes > self.remaining:
             raise MalformedMessageError(
                 f"{what}: count {n} needs {n * item_bytes} bytes but only {self.remaining} remain"
@@ -90,10 +106,11 @@ class _Reader:
         return int(n)
 
 
-_U8 = struct.Struct(">B")
-_U16 = struct.Struct(">H")
-_U32 = struct.Struct(">I")
-_U64 = struct.Struct(">Q")
+#: Big-endian unsigned integer layouts, for :class:`Int` fields.
+U8 = struct.Struct(">B")
+U16 = struct.Struct(">H")
+U32 = struct.Struct(">I")
+U64 = struct.Struct(">Q")
 
 
 def _int_in(value: Any, lo: int, hi: int, name: str) -> int:
@@ -102,7 +119,7 @@ def _int_in(value: Any, lo: int, hi: int, name: str) -> int:
     return int(value)
 
 
-class _Field:
+class Field:
     """Codec of one field: ``check`` (at construction), ``put`` (encode), ``get`` (decode)."""
 
     def check(self, value: Any, name: str, msg: Any) -> Any:
@@ -115,7 +132,9 @@ class _Field:
         raise NotImplementedError
 
 
-class _Int(_Field):
+class Int(Field):
+    """An unsigned integer in ``[0, hi]``, packed with ``fmt`` (one of :data:`U8` ... :data:`U64`)."""
+
     def __init__(self, fmt: struct.Struct, hi: int) -> None:
         self.fmt, self.hi = fmt, hi
 
@@ -129,21 +148,23 @@ class _Int(_Field):
         return int(r.unpack(self.fmt)[0])
 
 
-class _OptionalId(_Field):
+class OptionalId(Field):
     """A client id or ``None`` (encoded as 2^32 - 1)."""
 
     def check(self, value: Any, name: str, msg: Any) -> int | None:
         return None if value is None else _int_in(value, 0, _U32_MAX - 1, name)
 
     def put(self, value: int | None, out: list[bytes], msg: Any) -> None:
-        out.append(_U32.pack(_NONE_U32 if value is None else value))
+        out.append(U32.pack(_NONE_U32 if value is None else value))
 
     def get(self, r: _Reader, got: Mapping[str, Any], name: str) -> int | None:
-        (v,) = r.unpack(_U32)
+        (v,) = r.unpack(U32)
         return None if v == _NONE_U32 else int(v)
 
 
-class _Fixed(_Field):
+class Fixed(Field):
+    """A byte string of exactly ``size`` bytes (keys, digests, session ids)."""
+
     def __init__(self, size: int) -> None:
         self.size = size
 
@@ -161,7 +182,9 @@ class _Fixed(_Field):
         return bytes(r.take(self.size))
 
 
-class _Blob(_Field):
+class Blob(Field):
+    """A length-prefixed (u32) byte string of at most ``max_len`` bytes."""
+
     def __init__(self, max_len: int = 1 << 16) -> None:
         self.max_len = max_len
 
@@ -171,7 +194,7 @@ class _Blob(_Field):
         return bytes(value)
 
     def put(self, value: bytes, out: list[bytes], msg: Any) -> None:
-        out.append(_U32.pack(len(value)) + value)
+        out.append(U32.pack(len(value)) + value)
 
     def get(self, r: _Reader, got: Mapping[str, Any], name: str) -> bytes:
         n = r.count(1, name)
@@ -180,7 +203,9 @@ class _Blob(_Field):
         return bytes(r.take(n))
 
 
-class _Text(_Field):
+class Text(Field):
+    """A length-prefixed (u16) UTF-8 string of at most ``max_len`` encoded bytes."""
+
     def __init__(self, max_len: int = 4096) -> None:
         self.max_len = max_len
 
@@ -191,10 +216,10 @@ class _Text(_Field):
 
     def put(self, value: str, out: list[bytes], msg: Any) -> None:
         raw = value.encode("utf-8", "replace")
-        out.append(_U16.pack(len(raw)) + raw)
+        out.append(U16.pack(len(raw)) + raw)
 
     def get(self, r: _Reader, got: Mapping[str, Any], name: str) -> str:
-        (n,) = r.unpack(_U16)
+        (n,) = r.unpack(U16)
         if n > self.max_len:
             raise MalformedMessageError(f"field {name!r}: {n} bytes exceed the limit {self.max_len}")
         try:
@@ -203,14 +228,14 @@ class _Text(_Field):
             raise MalformedMessageError(f"field {name!r} is not valid UTF-8") from exc
 
 
-class _IdList(_Field):
+class IdList(Field):
     """A tuple of client ids (u32). Order and duplicates are kept: receivers judge them."""
 
     def check(self, value: Any, name: str, msg: Any) -> tuple[int, ...]:
         return tuple(_int_in(v, 0, _U32_MAX - 1, name) for v in value)
 
     def put(self, value: tuple[int, ...], out: list[bytes], msg: Any) -> None:
-        out.append(_U32.pack(len(value)) + np.asarray(value, dtype=">u4").tobytes())
+        out.append(U32.pack(len(value)) + np.asarray(value, dtype=">u4").tobytes())
 
     def get(self, r: _Reader, got: Mapping[str, Any], name: str) -> tuple[int, ...]:
         n = r.count(4, name)
@@ -220,7 +245,7 @@ class _IdList(_Field):
         return tuple(int(v) for v in ids)
 
 
-class _KeyTable(_Field):
+class KeyTable(Field):
     """Tuple of ``(client_id, channel_pk, mask_pk)`` with 32-byte X25519 public keys."""
 
     _ROW = struct.Struct(">I32s32s")
@@ -232,14 +257,14 @@ class _KeyTable(_Field):
             rows.append(
                 (
                     _int_in(cid, 0, _U32_MAX - 1, name),
-                    _Fixed(32).check(cpk, name, msg),
-                    _Fixed(32).check(spk, name, msg),
+                    Fixed(32).check(cpk, name, msg),
+                    Fixed(32).check(spk, name, msg),
                 )
             )
         return tuple(rows)
 
     def put(self, value: tuple[tuple[int, bytes, bytes], ...], out: list[bytes], msg: Any) -> None:
-        out.append(_U32.pack(len(value)) + b"".join(self._ROW.pack(*row) for row in value))
+        out.append(U32.pack(len(value)) + b"".join(self._ROW.pack(*row) for row in value))
 
     def get(self, r: _Reader, got: Mapping[str, Any], name: str) -> tuple[tuple[int, bytes, bytes], ...]:
         n = r.count(self._ROW.size, name)
@@ -251,7 +276,7 @@ class _KeyTable(_Field):
         return rows
 
 
-class _Envelopes(_Field):
+class Envelopes(Field):
     """Tuple of ``(peer_id, ciphertext)``: shares encrypted for (or from) one peer each."""
 
     def __init__(self, max_len: int = 1 << 16) -> None:
@@ -259,26 +284,26 @@ class _Envelopes(_Field):
 
     def check(self, value: Any, name: str, msg: Any) -> tuple[tuple[int, bytes], ...]:
         return tuple(
-            (_int_in(p, 0, _U32_MAX - 1, name), _Blob(self.max_len).check(c, name, msg)) for p, c in value
+            (_int_in(p, 0, _U32_MAX - 1, name), Blob(self.max_len).check(c, name, msg)) for p, c in value
         )
 
     def put(self, value: tuple[tuple[int, bytes], ...], out: list[bytes], msg: Any) -> None:
-        out.append(_U32.pack(len(value)))
-        out.extend(_U32.pack(p) + _U32.pack(len(c)) + c for p, c in value)
+        out.append(U32.pack(len(value)))
+        out.extend(U32.pack(p) + U32.pack(len(c)) + c for p, c in value)
 
     def get(self, r: _Reader, got: Mapping[str, Any], name: str) -> tuple[tuple[int, bytes], ...]:
         n = r.count(8, name)
-        blob = _Blob(self.max_len)
+        blob = Blob(self.max_len)
         rows = []
         for _ in range(n):
-            (peer,) = r.unpack(_U32)
+            (peer,) = r.unpack(U32)
             if peer == _NONE_U32:
                 raise MalformedMessageError(f"field {name!r} contains the reserved id {_NONE_U32}")
             rows.append((int(peer), blob.get(r, got, name)))
         return tuple(rows)
 
 
-class _RingVector(_Field):
+class RingVector(Field):
     """A vector of ring elements of ``bits`` bits (``bits`` is the message's ``ring_bits`` field).
 
     Wire form: ``u64 count`` then ``count`` little-endian integers of ``ceil(bits/8)`` bytes. Decoded as
@@ -303,7 +328,7 @@ class _RingVector(_Field):
     def put(self, value: np.ndarray, out: list[bytes], msg: Any) -> None:
         bits = getattr(msg, self.bits_field)
         width = -(-bits // 8)
-        out.append(_U64.pack(value.size))
+        out.append(U64.pack(value.size))
         arr = np.ascontiguousarray(value.astype(self._dtype(bits), copy=False))
         if width == arr.dtype.itemsize:
             out.append(arr.tobytes())
@@ -315,7 +340,7 @@ class _RingVector(_Field):
         if not 1 <= bits <= 64:
             raise MalformedMessageError(f"field {self.bits_field!r} must be in [1, 64], got {bits}")
         width = -(-bits // 8)
-        (count,) = r.unpack(_U64)
+        (count,) = r.unpack(U64)
         if count * width > r.remaining:
             raise MalformedMessageError(
                 f"field {name!r}: {count} elements of {width} bytes exceed the message"
@@ -333,7 +358,7 @@ class _RingVector(_Field):
         return arr
 
 
-class _ShareMatrix(_Field):
+class ShareMatrix(Field):
     """A ``(rows, limbs)`` matrix of Shamir share limbs, each below the field prime."""
 
     def check(self, value: Any, name: str, msg: Any) -> np.ndarray:
@@ -344,11 +369,11 @@ class _ShareMatrix(_Field):
         return value.astype(np.uint32)
 
     def put(self, value: np.ndarray, out: list[bytes], msg: Any) -> None:
-        out.append(_U32.pack(value.shape[0]) + _U32.pack(value.shape[1]))
+        out.append(U32.pack(value.shape[0]) + U32.pack(value.shape[1]))
         out.append(np.ascontiguousarray(value, dtype="<u4").tobytes())
 
     def get(self, r: _Reader, got: Mapping[str, Any], name: str) -> np.ndarray:
-        rows, cols = r.unpack(_U32)[0], r.unpack(_U32)[0]
+        rows, cols = r.unpack(U32)[0], r.unpack(U32)[0]
         if rows * cols * 4 > r.remaining:
             raise MalformedMessageError(f"field {name!r}: a {rows}x{cols} matrix exceeds the message")
         arr = np.frombuffer(r.take(rows * cols * 4), dtype="<u4").astype(np.uint32).reshape(rows, cols)
@@ -370,7 +395,7 @@ class Message:
 
     TYPE: ClassVar[int] = 0
     STAGE: ClassVar[str] = ""
-    FIELDS: ClassVar[dict[str, _Field]] = {}
+    FIELDS: ClassVar[dict[str, Field]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -391,14 +416,14 @@ class Message:
         return b"".join(out)
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and self.to_bytes() == other.to_bytes()  # type: ignore[union-attr]
+        return type(other) is type(self) and self.to_bytes() == other.to_bytes()
 
     def __hash__(self) -> int:
         return hash(self.to_bytes())
 
 
-_BYTES32 = _Fixed(32)
-_ID = _Int(_U32, _U32_MAX - 1)
+_BYTES32 = Fixed(32)
+_ID = Int(U32, _U32_MAX - 1)
 
 
 @dataclass(frozen=True, eq=False)
@@ -417,17 +442,17 @@ class AdvertiseRequest(Message):
     prg: str
     recipient: int | None
     schema_fingerprint: bytes
-    FIELDS: ClassVar[dict[str, _Field]] = {
-        "protocol": _Text(64),
-        "round_index": _Int(_U64, 2**64 - 1),
-        "invited": _IdList(),
-        "degree": _Int(_U32, _U32_MAX),
-        "threshold": _Int(_U32, _U32_MAX),
-        "ring_bits": _Int(_U8, 64),
-        "length": _Int(_U64, 2**64 - 1),
-        "prg": _Text(32),
-        "recipient": _OptionalId(),
-        "schema_fingerprint": _Blob(1024),
+    FIELDS: ClassVar[dict[str, Field]] = {
+        "protocol": Text(64),
+        "round_index": Int(U64, 2**64 - 1),
+        "invited": IdList(),
+        "degree": Int(U32, _U32_MAX),
+        "threshold": Int(U32, _U32_MAX),
+        "ring_bits": Int(U8, 64),
+        "length": Int(U64, 2**64 - 1),
+        "prg": Text(32),
+        "recipient": OptionalId(),
+        "schema_fingerprint": Blob(1024),
     }
 
 
@@ -439,7 +464,7 @@ class AdvertiseKeys(Message):
     STAGE: ClassVar[str] = "advertise_keys"
     channel_pk: bytes
     mask_pk: bytes
-    FIELDS: ClassVar[dict[str, _Field]] = {"channel_pk": _BYTES32, "mask_pk": _BYTES32}
+    FIELDS: ClassVar[dict[str, Field]] = {"channel_pk": _BYTES32, "mask_pk": _BYTES32}
 
 
 @dataclass(frozen=True, eq=False)
@@ -449,7 +474,7 @@ class ShareKeysRequest(Message):
     TYPE: ClassVar[int] = 3
     STAGE: ClassVar[str] = "share_keys"
     keys: tuple[tuple[int, bytes, bytes], ...]
-    FIELDS: ClassVar[dict[str, _Field]] = {"keys": _KeyTable()}
+    FIELDS: ClassVar[dict[str, Field]] = {"keys": KeyTable()}
 
 
 @dataclass(frozen=True, eq=False)
@@ -462,10 +487,10 @@ class ShareKeys(Message):
     session_id: bytes
     seed_commitment: bytes
     envelopes: tuple[tuple[int, bytes], ...]
-    FIELDS: ClassVar[dict[str, _Field]] = {
+    FIELDS: ClassVar[dict[str, Field]] = {
         "session_id": _BYTES32,
         "seed_commitment": _BYTES32,
-        "envelopes": _Envelopes(),
+        "envelopes": Envelopes(),
     }
 
 
@@ -477,7 +502,7 @@ class MaskedInputRequest(Message):
     STAGE: ClassVar[str] = "masked_input"
     session_id: bytes
     envelopes: tuple[tuple[int, bytes], ...]
-    FIELDS: ClassVar[dict[str, _Field]] = {"session_id": _BYTES32, "envelopes": _Envelopes()}
+    FIELDS: ClassVar[dict[str, Field]] = {"session_id": _BYTES32, "envelopes": Envelopes()}
 
 
 @dataclass(frozen=True, eq=False)
@@ -491,11 +516,11 @@ class MaskedInput(Message):
     complaints: tuple[int, ...]
     ring_bits: int
     vector: np.ndarray
-    FIELDS: ClassVar[dict[str, _Field]] = {
+    FIELDS: ClassVar[dict[str, Field]] = {
         "session_id": _BYTES32,
-        "complaints": _IdList(),
-        "ring_bits": _Int(_U8, 64),
-        "vector": _RingVector(),
+        "complaints": IdList(),
+        "ring_bits": Int(U8, 64),
+        "vector": RingVector(),
     }
 
 
@@ -508,7 +533,7 @@ class UnmaskRequest(Message):
     session_id: bytes
     alive: tuple[int, ...]
     dead: tuple[int, ...]
-    FIELDS: ClassVar[dict[str, _Field]] = {"session_id": _BYTES32, "alive": _IdList(), "dead": _IdList()}
+    FIELDS: ClassVar[dict[str, Field]] = {"session_id": _BYTES32, "alive": IdList(), "dead": IdList()}
 
 
 @dataclass(frozen=True, eq=False)
@@ -523,12 +548,12 @@ class Unmask(Message):
     seed_shares: np.ndarray
     dead: tuple[int, ...]
     key_shares: np.ndarray
-    FIELDS: ClassVar[dict[str, _Field]] = {
+    FIELDS: ClassVar[dict[str, Field]] = {
         "session_id": _BYTES32,
-        "alive": _IdList(),
-        "seed_shares": _ShareMatrix(),
-        "dead": _IdList(),
-        "key_shares": _ShareMatrix(),
+        "alive": IdList(),
+        "seed_shares": ShareMatrix(),
+        "dead": IdList(),
+        "key_shares": ShareMatrix(),
     }
 
 
@@ -543,11 +568,11 @@ class DeliverRequest(Message):
     survivors: tuple[int, ...]
     ring_bits: int
     vector: np.ndarray
-    FIELDS: ClassVar[dict[str, _Field]] = {
+    FIELDS: ClassVar[dict[str, Field]] = {
         "session_id": _BYTES32,
-        "survivors": _IdList(),
-        "ring_bits": _Int(_U8, 64),
-        "vector": _RingVector(),
+        "survivors": IdList(),
+        "ring_bits": Int(U8, 64),
+        "vector": RingVector(),
     }
 
 
@@ -559,7 +584,7 @@ class Abort(Message):
     STAGE: ClassVar[str] = ""
     reason: str
     detail: str
-    FIELDS: ClassVar[dict[str, _Field]] = {"reason": _Text(128), "detail": _Text(4096)}
+    FIELDS: ClassVar[dict[str, Field]] = {"reason": Text(128), "detail": Text(4096)}
 
 
 def message_types() -> dict[int, type[Message]]:
@@ -574,9 +599,24 @@ def encode(message: Message) -> bytes:
     return message.to_bytes()
 
 
+@overload
+def decode(data: bytes | bytearray | memoryview, expected: type[M]) -> M: ...
+
+
+@overload
+def decode(data: bytes | bytearray | memoryview, expected: tuple[type[M], type[M2]]) -> M | M2: ...
+
+
+@overload
 def decode(
-    data: bytes | bytearray | memoryview, expected: type[M] | tuple[type[Message], ...] | None = None
-) -> Any:
+    data: bytes | bytearray | memoryview, expected: tuple[type[Message], ...] | None = None
+) -> Message: ...
+
+
+def decode(
+    data: bytes | bytearray | memoryview,
+    expected: type[Message] | tuple[type[Message], ...] | None = None,
+) -> Message:
     """Parse and validate one message.
 
     Args:

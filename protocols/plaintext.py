@@ -24,7 +24,7 @@ import hashlib
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypedDict
 
 import numpy as np
 
@@ -41,16 +41,16 @@ from securefgl.errors import (
 from securefgl.protocols.base import SERVER, Contribution, DropoutPlan, Protocol, Sums, Transcript
 from securefgl.protocols.encoding import SumSchema, default_rng
 from securefgl.protocols.messages import (
-    _U64,
+    U64,
+    Blob,
+    Field,
+    Fixed,
+    IdList,
+    Int,
     Message,
-    _Blob,
-    _Field,
-    _Fixed,
-    _IdList,
-    _Int,
-    _OptionalId,
-    _RingVector,
-    _Text,
+    OptionalId,
+    RingVector,
+    Text,
     decode,
 )
 from securefgl.protocols.router import Outgoing, Router
@@ -63,16 +63,23 @@ _DOMAIN = b"securefgl/plaintext/v1"
 _MAX_ID = 2**32 - 2
 
 
+class _Where(TypedDict):
+    """Where an error happened: the ``party`` and ``phase`` keywords of a protocol error."""
+
+    party: int
+    phase: str
+
+
 # ----------------------------------------------------------------------------------------------------
 # messages
 # ----------------------------------------------------------------------------------------------------
 
 
-class _Counts(_IdList):
+class _Counts(IdList):
     """Per-block clip counts (u32 each), in schema order."""
 
 
-_BYTES32: _Field = _Fixed(32)
+_BYTES32: Field = Fixed(32)
 
 
 @dataclass(frozen=True, eq=False)
@@ -87,13 +94,13 @@ class PlainInputRequest(Message):
     recipient: int | None
     length: int
     schema_fingerprint: bytes
-    FIELDS: ClassVar[dict[str, _Field]] = {
-        "protocol": _Text(64),
-        "round_index": _Int(_U64, 2**64 - 1),
-        "invited": _IdList(),
-        "recipient": _OptionalId(),
-        "length": _Int(_U64, 2**64 - 1),
-        "schema_fingerprint": _Blob(1024),
+    FIELDS: ClassVar[dict[str, Field]] = {
+        "protocol": Text(64),
+        "round_index": Int(U64, 2**64 - 1),
+        "invited": IdList(),
+        "recipient": OptionalId(),
+        "length": Int(U64, 2**64 - 1),
+        "schema_fingerprint": Blob(1024),
     }
 
 
@@ -109,12 +116,12 @@ class PlainInput(Message):
     clip_counts: tuple[int, ...]
     ring_bits: int
     vector: np.ndarray
-    FIELDS: ClassVar[dict[str, _Field]] = {
+    FIELDS: ClassVar[dict[str, Field]] = {
         "session_id": _BYTES32,
         "context_digest": _BYTES32,
         "clip_counts": _Counts(),
-        "ring_bits": _Int(struct.Struct(">B"), 64),
-        "vector": _RingVector(),
+        "ring_bits": Int(struct.Struct(">B"), 64),
+        "vector": RingVector(),
     }
 
 
@@ -129,12 +136,12 @@ class PlainDeliver(Message):
     clip_counts: tuple[int, ...]
     ring_bits: int
     vector: np.ndarray
-    FIELDS: ClassVar[dict[str, _Field]] = {
+    FIELDS: ClassVar[dict[str, Field]] = {
         "session_id": _BYTES32,
-        "survivors": _IdList(),
+        "survivors": IdList(),
         "clip_counts": _Counts(),
-        "ring_bits": _Int(struct.Struct(">B"), 64),
-        "vector": _RingVector(),
+        "ring_bits": Int(struct.Struct(">B"), 64),
+        "vector": RingVector(),
     }
 
 
@@ -201,13 +208,14 @@ class PlainClient:
         if self.stage == "start":
             return self._input(payload)
         if self.stage == "sent":
-            return self._deliver(payload)
+            self._deliver(payload)
+            return None
         raise StageOrderError(
             f"request after the protocol finished (stage {self.stage})", party=self.party_id
         )
 
     def _input(self, payload: bytes) -> bytes:
-        where = {"party": self.party_id, "phase": "input"}
+        where: _Where = {"party": self.party_id, "phase": "input"}
         try:
             req = decode(payload, PlainInputRequest)
         except MalformedMessageError as exc:
@@ -243,7 +251,7 @@ class PlainClient:
         return msg.to_bytes()
 
     def _deliver(self, payload: bytes) -> None:
-        where = {"party": self.party_id, "phase": "deliver"}
+        where: _Where = {"party": self.party_id, "phase": "deliver"}
         try:
             msg = decode(payload, (PlainDeliver, PlainInputRequest))
         except MalformedMessageError as exc:
@@ -311,7 +319,7 @@ class PlainServer:
             seen[client] = seen.get(client, 0) + 1
         accepted: dict[int, tuple[np.ndarray, tuple[int, ...], bytes]] = {}
         for client, payload in replies:
-            where = {"party": client, "phase": "input"}
+            where: _Where = {"party": client, "phase": "input"}
             if client not in self.invited:
                 continue
             if seen[client] > 1:

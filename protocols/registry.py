@@ -17,7 +17,7 @@ import importlib.util
 import inspect
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from securefgl.errors import ConfigError
 from securefgl.protocols.base import Protocol
@@ -39,6 +39,8 @@ _ALIASES = {"plain": "plaintext", "secaggp": "secagg+", "bonawitz": "secagg", "h
 _REGISTRY: dict[str, type[Protocol]] = {}
 
 _DP_SPLIT = re.compile(r"^(?P<base>.*?)[\s_\-+]?dp$")
+
+_T = TypeVar("_T")
 
 
 def _normalize_base(name: str) -> str:
@@ -156,7 +158,7 @@ def _resolve(name: str, raw: str | None = None) -> type[Protocol]:
     raise ConfigError(f"unknown protocol {shown}; valid: {available_protocols()}")
 
 
-def _construct(cls: type, label: str, options: Mapping[str, Any], *args: Any) -> Any:
+def _construct(cls: type[_T], label: str, options: Mapping[str, Any], *args: Any) -> _T:
     try:
         inspect.signature(cls).bind(*args, **options)
     except TypeError as exc:
@@ -193,7 +195,7 @@ def get_protocol(name: str, **options: Any) -> Protocol:
         base = _construct(_resolve(base_name, name), f"protocol {base_name!r}", options)
         module, attr = _DP_MODULE
         try:
-            wrapper = getattr(importlib.import_module(module), attr)
+            wrapper: type[Protocol] = getattr(importlib.import_module(module), attr)
         except (ImportError, AttributeError) as exc:
             raise ConfigError(
                 f"protocol {canonical!r} needs the DP wrapper {module}.{attr}, which is unavailable ({exc}); "

@@ -43,7 +43,7 @@ class SecAgg(SecAggPlus):
     """
 
     name: ClassVar[str] = "secagg"
-    _graph: ClassVar[str] = "complete"
+    _graph: ClassVar[Literal["harary", "complete"]] = "complete"
 
     def __init__(
         self,

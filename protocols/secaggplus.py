@@ -391,7 +391,7 @@ def _pair_key(shared: bytes, sid: bytes, round_index: int, u: int, v: int) -> by
     )
 
 
-def _self_key(seed: bytes, sid: bytes, round_index: int, u: int) -> bytes:
+def _self_key(seed: bytes | bytearray, sid: bytes, round_index: int, u: int) -> bytes:
     return derive_key(
         seed, "self-mask", session_id=sid, round_index=round_index, pair=(u, u), label=b"vector"
     )
@@ -403,7 +403,7 @@ def _pad_key(shared: bytes, sid: bytes, round_index: int, u: int, r: int) -> byt
     )
 
 
-def _commitment(sid: bytes, u: int, seed: bytes) -> bytes:
+def _commitment(sid: bytes, u: int, seed: bytes | bytearray) -> bytes:
     return hashlib.sha256(_DOMAIN + b"/seed-commitment" + sid + struct.pack(">Q", u) + bytes(seed)).digest()
 
 
@@ -538,7 +538,9 @@ class SecAggPlusClient:
         if self.state.stage == "done":
             # A finished client has wiped its secrets; a further request (e.g. a second unmask request
             # asking for the other share kind) is refused and nothing is revealed.
-            err = StageOrderError("request after this client finished; refused", party=self.party_id)
+            err: ProtocolError = StageOrderError(
+                "request after this client finished; refused", party=self.party_id
+            )
             self.refusals.append(err)
             return Abort(reason=type(err).__name__, detail=str(err)).to_bytes()
         expected, stage = self._ORDER.get(self.state.stage, (None, "?"))
@@ -1456,9 +1458,9 @@ class SecAggPlusServer:
             )  # (G, t, L)
             accept([o for _, o in singles], *_shamir.reconstruct_many(xs, shares))
         for o in retry:
-            hs = sorted(holders[o], key=lambda w: self.x[w])
-            for start in range(1, len(hs) - t + 1):
-                sub = hs[start : start + t]
+            ranked = sorted(holders[o], key=lambda w: self.x[w])
+            for start in range(1, len(ranked) - t + 1):
+                sub = ranked[start : start + t]
                 sec, valid = _shamir.reconstruct(
                     [self.x[w] for w in sub], np.stack([holders[o][w] for w in sub])[:, None, :]
                 )
@@ -1560,7 +1562,7 @@ class SecAggPlus(Protocol):
     """
 
     name: ClassVar[str] = "secagg+"
-    _graph: ClassVar[str] = "harary"
+    _graph: ClassVar[Literal["harary", "complete"]] = "harary"
     #: The server party class (a subclass can model a deviating server in attack simulations).
     server_class: ClassVar[type[SecAggPlusServer]] = SecAggPlusServer
     #: The client party class.
