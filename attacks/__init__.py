@@ -2,8 +2,8 @@
 
 Adversary views are built from protocol transcripts only (:mod:`~securefgl.attacks.views`); one module per
 attack (gradient inversion, statistics inversion and differencing, link stealing, membership inference,
-attacks on secure aggregation itself); :func:`audit` runs them all against a federated job under each
-protocol and writes a report.
+FedStruct external-edge inference, attacks on secure aggregation itself); :func:`audit` runs them all against
+a federated job under each protocol and writes a report.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from securefgl.attacks.statistics_inversion import (
     differencing_attack,
     layout_for,
 )
+from securefgl.attacks.structure_inference import external_edge_inference
 from securefgl.attacks.views import (
     AdversaryView,
     AggregationRecord,
@@ -69,6 +70,7 @@ __all__ = [
     "dead_first_layer",
     "differencing_attack",
     "disaggregation_attack",
+    "external_edge_inference",
     "hungarian_match",
     "invert_update",
     "layout_for",

@@ -22,6 +22,7 @@ Attacks (``AuditConfig.attacks``):
 ``gradient-inversion``     labels and features of a small client's training nodes from its update (DLG/iDLG/IG)
 ``label``                  iDLG label counts from the output bias of a client's update
 ``link-stealing``          edges from the released model's posteriors (He et al. 2021, Attack-0)
+``structure-inference``    a curious FedStruct client: other clients' edges from its setup rows (AUC, P@k)
 ``membership``             training-node membership from the released model (loss / confidence thresholds)
 ``statistics``             a client's class statistics / proxies (O-pFGL, FedSpray) from its upload
 ``differencing``           a client's statistics from two releases that differ by it, before/after ReleaseGuard
@@ -55,6 +56,7 @@ ATTACKS = (
     "gradient-inversion",
     "label",
     "link-stealing",
+    "structure-inference",
     "membership",
     "statistics",
     "differencing",
@@ -72,6 +74,8 @@ _ALIASES = {
     "stats": "statistics",
     "inconsistency": "model-inconsistency",
     "cohort": "min-cohort",
+    "structure": "structure-inference",
+    "edge-inference": "structure-inference",
 }
 _VIEWS = ("server", "client", "collusion")
 
@@ -251,6 +255,7 @@ _UPDATE_ATTACKS = ("gradient-inversion", "label")
 _MODEL_ATTACKS = ("link-stealing", "membership")
 _STAT_ATTACKS = ("statistics", "differencing")
 _PROTOCOL_ATTACKS = ("model-inconsistency", "min-cohort", "disaggregation")
+_STRUCTURE_ATTACKS = ("structure-inference",)
 
 
 def _applicability(cfg: AuditConfig, protocol: str) -> dict[str, str]:
@@ -285,6 +290,8 @@ def _applicability(cfg: AuditConfig, protocol: str) -> dict[str, str]:
                     )
             elif a in _STAT_ATTACKS:
                 layout_for(cfg.algorithm)
+            elif a in _STRUCTURE_ATTACKS:
+                _structure_applicable(cfg)
             elif a == "model-inconsistency":
                 if cfg.algorithm not in MODEL_AVERAGING:
                     raise AttackNotApplicableError(
@@ -404,11 +411,16 @@ def audit(config: AuditConfig | Mapping[str, Any]) -> AuditResult:
                 continue
             run_cfg = _run_config(cfg, protocol)
             if fg is None:
+                from securefgl.algorithms.registry import get_algorithm
                 from securefgl.api import load_federated_graph
 
                 fg = load_federated_graph(run_cfg)
+                if getattr(get_algorithm(cfg.algorithm), "needs_cross_edges", False):
+                    from securefgl.algorithms.fedstruct import attach_cross_edges
+
+                    fg = attach_cross_edges(fg)  # as the engine does (spec §1.2: what clients know)
             ctx = _Context(cfg, protocol, run_cfg, fg, device, bars, figures)
-            needs_run = any(a in _UPDATE_ATTACKS + _MODEL_ATTACKS for a in todo)
+            needs_run = any(a in _UPDATE_ATTACKS + _MODEL_ATTACKS + _STRUCTURE_ATTACKS for a in todo)
             if needs_run:
                 try:
                     ctx.capture()
@@ -553,6 +565,8 @@ class _Context:
             return _model_attack(self, name, kind)
         if name in _STAT_ATTACKS:
             return _stat_attack(self, name, kind)
+        if name in _STRUCTURE_ATTACKS:
+            return _structure_attack(self, name, kind)
         return _protocol_attack(self, name, kind)
 
 
@@ -852,6 +866,82 @@ def _model_attack(ctx: _Context, name: str, kind: str) -> AttackOutcome:
         )
     if roc_fig is not None:
         ctx.figures["roc"][f"{name}/{ctx.protocol}"] = roc_fig
+    return AttackOutcome(name, ctx.protocol, kind, "ok", reason, metrics, {"view": view.name, "trials": per})
+
+
+# -- structure (FedStruct) ------------------------------------------------------------------------------
+
+
+def _structure_applicable(cfg: AuditConfig) -> None:
+    """Refuse external-edge inference unless the run is FedStruct with a multi-hop setup."""
+    if cfg.algorithm != "fedstruct":
+        raise AttackNotApplicableError(
+            f"external-edge inference reads the multi-hop rows FedStruct's setup delivers to a client; "
+            f"algorithm {cfg.algorithm!r} delivers none"
+        )
+    hops = dict(cfg.run.get("algorithm", {}).get("options", {})).get("num_hops_s")
+    if hops is not None and int(hops) < 2:
+        raise AttackNotApplicableError(
+            f"num_hops_s={hops}: no setup sum, a client receives nothing beyond the 1-hop rows it computes itself"
+        )
+
+
+def _structure_attack(ctx: _Context, name: str, kind: str) -> AttackOutcome:
+    """A curious FedStruct client rebuilds its rows from the setup sums designated to it and infers edges."""
+    from securefgl.algorithms._fedstruct_setup import StructureView
+    from securefgl.attacks.structure_inference import external_edge_inference
+
+    if kind != "client":
+        raise AttackNotApplicableError(
+            f"external-edge inference models a curious client reading the setup sums designated to it "
+            f"(view 'client'); the {kind!r} view is not modelled"
+        )
+    cfg, fg = ctx.cfg, ctx.fg
+    view = ctx.view(kind)
+    t = view.colluders[0]
+    sums = [o.released["B"] for o in view.observations if o.phase == "setup" and o.released is not None]
+    opts = ctx.run.algorithm.options
+    hops = int(opts.num_hops_s)
+    if len(sums) != hops - 1:
+        raise NothingToAttackError(
+            f"view {view.name!r} received {len(sums)} setup sums, expected num_hops_s - 1 = {hops - 1}"
+        )
+    betas = list(opts.beta) if opts.beta is not None else [0.0] * (hops - 1) + [1.0]
+    sv = StructureView.from_data(t, fg.clients[t])
+    rows = betas[0] * sv.first_power()
+    for b, s in zip(betas[1:], sums, strict=True):
+        rows = rows + b * s.to(torch.float64).cpu() / sv.tilde_deg[:, None]
+    own = sv.gid[sv.order]  # the setup's rows are in ascending global id
+    known = torch.cat([sv.gid[sv.edge_index], torch.stack([sv.gid[sv.cross_src], sv.cross_dst])], 1)
+    truth = fg.global_data().edge_index
+    bar = ctx.bars.task(f"{ctx.protocol}/{kind}: {name}", cfg.trials)
+    vals: dict[str, list[float]] = {}
+    per: list[dict[str, Any]] = []
+    roc_fig = None
+    for i in range(cfg.trials):
+        g = torch.Generator().manual_seed(cfg.seed * 1000 + i)
+        res = external_edge_inference(rows, own, known, truth, fg.num_nodes, generator=g, beta=betas)
+        for k in ("auc", "precision@k"):
+            vals.setdefault(k, []).append(res[k])
+            vals.setdefault(f"public_{k}", []).append(res["public"][k])
+            vals.setdefault(f"chance_{k}", []).append(res["chance"][k])
+        per.append({k: res[k] for k in ("k", "pairs", "external_neighbours", "informative_pairs")})
+        if roc_fig is None:
+            roc_fig = (res["fpr"], res["tpr"])
+        bar(i + 1, cfg.trials)
+    metrics = {
+        k: metric(
+            vals[k],
+            {"chance": float(np.mean(vals[f"chance_{k}"])), "public": float(np.mean(vals[f"public_{k}"]))},
+        )
+        for k in ("auc", "precision@k")
+    }
+    ctx.figures["roc"][f"{name}/{ctx.protocol}"] = roc_fig
+    reason = (
+        f"client {t} rebuilds its rows of A_bar (L_s={hops}) from the setup sums designated to "
+        "it and scores pairs (external neighbour, outside node) against as many non-edges; 'public' = the "
+        "same score on the walks it computes from its own edges alone"
+    )
     return AttackOutcome(name, ctx.protocol, kind, "ok", reason, metrics, {"view": view.name, "trials": per})
 
 

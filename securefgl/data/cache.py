@@ -23,7 +23,7 @@ from torch_geometric.data import Data
 __all__ = ["CACHE_VERSION", "graph_fingerprint", "cache_key", "load_cached", "store_cached"]
 
 #: Bump when a partitioner's output for the same parameters changes; old entries are then rebuilt.
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 
 
 def _feed(h: Any, t: torch.Tensor | None, label: str) -> None:

@@ -139,6 +139,10 @@ class LouvainPlusParams:
         resolution: Louvain resolution. (default: 1.0)
         n_init: KMeans restarts. (default: 10)
         backend: Louvain implementation, as for ``louvain``. (default: ``"auto"``)
+        chunk_order: Order of the cut community pieces before packing: ``"breadth"`` (first pieces of all
+            communities, then second pieces, ...: O-pFGL's reference packing, which mixes communities within an
+            owner) or ``"community"`` (each community's pieces together: purer, more label-skewed owners).
+            (default: ``"breadth"``)
     """
 
     num_coms: int = 100
@@ -146,8 +150,13 @@ class LouvainPlusParams:
     resolution: float = 1.0
     n_init: int = 10
     backend: Literal["auto", "networkx", "vectorized"] = "auto"
+    chunk_order: Literal["breadth", "community"] = "breadth"
 
     def __post_init__(self) -> None:
+        if self.chunk_order not in ("breadth", "community"):
+            raise ConfigError(
+                f"chunk_order: invalid value {self.chunk_order!r}; valid choices: 'breadth', 'community'"
+            )
         if self.num_coms < 1 or self.delta < 0 or self.n_init < 1 or self.resolution <= 0:
             raise ConfigError(
                 f"need num_coms >= 1, delta >= 0, n_init >= 1, resolution > 0; got num_coms={self.num_coms}, "
@@ -351,15 +360,36 @@ def _louvain(data: Data, seed: int, resolution: float, backend: str) -> tuple[li
     return out, backend
 
 
-def _chunks(groups: list[np.ndarray], cap: int) -> list[np.ndarray]:
-    """Cut every group into consecutive chunks of at most ``cap`` nodes (list order, not random)."""
-    out = []
-    for g in groups:
-        out.extend(g[i : i + cap] for i in range(0, g.size, cap))
-    return out
+def _chunks(
+    groups: list[np.ndarray], cap: int, order: Literal["community", "breadth"] = "community"
+) -> list[np.ndarray]:
+    """Cut every group into consecutive chunks of at most ``cap`` nodes (list order, not random).
+
+    ``order="community"`` keeps each group's chunks together; ``"breadth"`` lists the first chunk of every
+    group, then every second chunk, and so on: what O-pFGL's reference packing produces by appending each
+    group's remainder to the end of the list it is iterating over. The order matters because the packing
+    below hands consecutive (equal-size) chunks to the same owner.
+    """
+    per = [[g[i : i + cap] for i in range(0, g.size, cap)] for g in groups]
+    if order == "community":
+        return [c for chunks in per for c in chunks]
+    out: list[np.ndarray] = []
+    level = 0
+    while True:
+        row = [chunks[level] for chunks in per if len(chunks) > level]
+        if not row:
+            return out
+        out.extend(row)
+        level += 1
 
 
-def _greedy_pack(groups: list[np.ndarray], n: int, n_owners: int, delta: int) -> np.ndarray:
+def _greedy_pack(
+    groups: list[np.ndarray],
+    n: int,
+    n_owners: int,
+    delta: int,
+    chunk_order: Literal["community", "breadth"] = "community",
+) -> np.ndarray:
     """FedSage+-style packing of groups into ``n_owners`` owners of target size ``n // n_owners``.
 
     Groups are capped at ``target - delta`` (at least 1), sorted by size (descending, stable), and assigned in
@@ -369,7 +399,7 @@ def _greedy_pack(groups: list[np.ndarray], n: int, n_owners: int, delta: int) ->
     """
     target = n // n_owners
     cap = max(1, target - delta)
-    pieces = _chunks(groups, cap)
+    pieces = _chunks(groups, cap, chunk_order)
     pieces.sort(key=lambda a: a.size, reverse=True)
     owner = np.full(n, -1, dtype=np.int64)
     sizes = np.zeros(n_owners, dtype=np.int64)
@@ -469,7 +499,7 @@ def _louvain_method(data: Data, k: int, seed: int, p: LouvainParams) -> _Result:
 def _louvain_plus(data: Data, k: int, seed: int, p: LouvainPlusParams) -> _Result:
     n = int(data.num_nodes)
     comms, backend = _louvain(data, seed, p.resolution, p.backend)
-    group_of = _greedy_pack(comms, n, p.num_coms, p.delta)
+    group_of = _greedy_pack(comms, n, p.num_coms, p.delta, p.chunk_order)
     owner, info = _cluster_groups_by_labels(
         group_of, data.y.numpy(), int(data.num_classes), k, seed, p.n_init, "louvain+"
     )
