@@ -159,6 +159,7 @@ def capture_run(
         train=train,
         device=dev,
         max_clients_per_round=k_all,
+        protocol=config.protocol.name,
     )
     algorithm = create_algorithm(config.algorithm.name, setting, config.algorithm.options)
     phases = list(algorithm.phases(train))

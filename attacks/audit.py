@@ -964,6 +964,7 @@ def _upload_setup(ctx: _Context) -> tuple[Any, Any, dict[int, Any], Any, dict[st
         rc.train,
         ctx.device,
         max_clients_per_round=fg.num_clients,
+        protocol=rc.protocol.name,
     )
     alg = create_algorithm(rc.algorithm.name, setting, rc.algorithm.options)
     ws: dict[str, Any] = {"generator": torch.Generator(device=ctx.device).manual_seed(ctx.cfg.seed)}

@@ -277,6 +277,8 @@ class Setting:
         train: Optimisation settings (:class:`securefgl.engine.config.TrainConfig`).
         device: Where tensors live.
         max_clients_per_round: The most clients a round invites (``max_clients`` of schemas).
+        protocol: Name of the aggregation protocol (public; e.g. a ``+dp`` name makes FedAvg upload
+            DP-ready deltas).
     """
 
     num_features: int
@@ -288,6 +290,7 @@ class Setting:
     train: TrainConfig
     device: torch.device = torch.device("cpu")
     max_clients_per_round: int = 0
+    protocol: str = ""
 
     def make_model(self, *, generator: torch.Generator | None = None) -> torch.nn.Module:
         """A fresh model of the run's architecture, initialised from ``generator`` (on ``device``)."""

@@ -14,12 +14,22 @@ with :math:`n_k` its number of training nodes (``weighting="train"``) or 1 (``"u
     w \leftarrow \frac{\sum_k n_k\,\mathrm{clip}_B(w_k)}{\sum_k n_k}.
 
 Each parameter tensor is one real block of bound :math:`n_{\max} B` (:math:`n_{\max}` the public node-count
-bound); the denominator is an exact count block. The clients of a round train together
+bound); the denominator is an exact count block.
+
+With ``upload="delta"`` (chosen automatically under a ``+dp`` protocol) the clients upload the DP-FedAvg form
+(McMahan et al., ICLR 2018, https://arxiv.org/abs/1710.06963): the unweighted model change
+:math:`\Delta_k = \mathrm{clip}_B(w_k) - w` in blocks marked for differential privacy (the DP wrapper
+L2-clips and noises them), and a count of 1; the server applies
+:math:`w \leftarrow w + \sum_k \Delta_k / \sum_k 1`. Weighting by node count would make one client's
+influence, and so the noise needed, grow with its size; the delta form keeps the sensitivity at the clip norm. The clients of a round train together
 (:func:`securefgl.engine.local_training.train_clients`). With ``finetune_epochs > 0`` a local phase after the
 last round fine-tunes the global model on each client (FedAvg+FT, the O-pFGL baseline).
 
 Args:
-    weighting: ``"train"`` (by train-node count) or ``"uniform"``. (default: ``"train"``)
+    weighting: ``"train"`` (by train-node count) or ``"uniform"``; ``upload="delta"`` is always uniform.
+        (default: ``"train"``)
+    upload: ``"weights"`` (weighted model sums), ``"delta"`` (DP-FedAvg deltas, blocks marked ``dp``), or
+        ``"auto"``: ``"delta"`` under a ``+dp`` protocol, else ``"weights"``. (default: ``"auto"``)
     param_bound: Public clip range of every parameter. (default: ``16.0``)
     finetune_epochs: Local fine-tuning epochs after federated training; 0 disables. (default: ``0``)
 
@@ -36,7 +46,14 @@ from typing import Any, Literal
 
 import torch
 
-from securefgl.algorithms.base import Algorithm, Broadcast, Client, Phase, RoundState
+from securefgl.algorithms.base import (
+    Algorithm,
+    Broadcast,
+    Client,
+    CompatibilityProblem,
+    Phase,
+    RoundState,
+)
 from securefgl.algorithms.registry import register_algorithm
 from securefgl.engine.local_training import (
     predict_shared,
@@ -58,14 +75,21 @@ class FedAvg(Algorithm):
 
     name = "fedavg"
     batched = True
+    dp_blocks = True
 
     @dataclass(frozen=True)
     class Options:
         weighting: Literal["train", "uniform"] = "train"
         param_bound: float = 16.0
         finetune_epochs: int = 0
+        upload: Literal["auto", "weights", "delta"] = "auto"
 
         def __post_init__(self) -> None:
+            if self.upload not in ("auto", "weights", "delta"):
+                raise ConfigError(
+                    f"algorithm.options.upload: invalid value {self.upload!r}; valid choices: 'auto', 'weights', "
+                    "'delta'"
+                )
             if not self.param_bound > 0:
                 raise ConfigError(f"algorithm.options.param_bound must be > 0, got {self.param_bound}")
             if self.finetune_epochs < 0:
@@ -76,6 +100,27 @@ class FedAvg(Algorithm):
     #: FedProx's proximal weight; 0 for FedAvg.
     def prox_mu(self) -> float:
         return 0.0
+
+    @classmethod
+    def compatibility(
+        cls, *, protocol: str, model: str, dataset: str, options: Any, num_clients: int | None
+    ) -> list[CompatibilityProblem]:
+        upload = getattr(options, "upload", None) or dict(options or {}).get("upload", "auto")
+        if protocol.endswith("+dp") and upload == "weights":
+            return [
+                CompatibilityProblem(
+                    f"protocol {protocol!r} noises only blocks marked for DP, and upload='weights' marks none",
+                    "use upload='delta' or 'auto' (the default), or a protocol without '+dp'",
+                    True,
+                )
+            ]
+        return []
+
+    def _delta(self) -> bool:
+        """Whether clients upload DP-FedAvg deltas (see ``upload``)."""
+        if self.options.upload == "auto":
+            return self.setting.protocol.endswith("+dp")
+        return self.options.upload == "delta"
 
     # ------------------------------------------------------------------ structure ------------------------
 
@@ -95,9 +140,16 @@ class FedAvg(Algorithm):
         return dict(server["params"])
 
     def _count_bound(self) -> int:
-        return 1 if self.options.weighting == "uniform" else self.setting.count_bound
+        return 1 if self.options.weighting == "uniform" or self._delta() else self.setting.count_bound
 
     def schema(self, rs: RoundState) -> SumSchema:
+        if self._delta():
+            blocks = [
+                BlockSpec(f"d.{n}", tuple(v.shape), bound=2 * self.options.param_bound, dp=True)
+                for n, v in rs.broadcast.items()
+            ]
+            blocks.append(BlockSpec("n", (1,), kind="count", bound=1))
+            return SumSchema(blocks, max_clients=max(self.setting.max_clients_per_round, len(rs.clients)))
         bound = self._count_bound() * self.options.param_bound
         blocks = [BlockSpec(f"w.{n}", tuple(v.shape), bound=bound) for n, v in rs.broadcast.items()]
         blocks.append(BlockSpec("n", (1,), kind="count", bound=self._count_bound()))
@@ -105,7 +157,12 @@ class FedAvg(Algorithm):
 
     def server_step(self, server: dict[str, Any], sums: Sums, rs: RoundState) -> Broadcast:
         den = float(sums["n"][0])
-        if den > 0:
+        if den > 0 and self._delta():
+            server["params"] = {
+                n: (v.to(torch.float64) + sums[f"d.{n}"].to(torch.float64).to(v.device) / den).to(v.dtype)
+                for n, v in server["params"].items()
+            }
+        elif den > 0:
             server["params"] = {
                 n: (sums[f"w.{n}"].to(torch.float64) / den).to(v.dtype).to(v.device)
                 for n, v in server["params"].items()
@@ -156,6 +213,8 @@ class FedAvg(Algorithm):
         )
         by_id = {c.id: c for c in clients}
         order = [by_id[i] for i in res.ids]  # rows of the stacked result
+        if self._delta():
+            return self._delta_uploads(clients, order, res, glob)
         counts = [1 if self.options.weighting == "uniform" else c.num_train for c in order]
         weights = torch.tensor(counts, dtype=torch.float32, device=clients[0].device)
         bound = self.options.param_bound
@@ -172,6 +231,24 @@ class FedAvg(Algorithm):
             w = 1 if self.options.weighting == "uniform" else 0
             out[cid] = {f"w.{n}": v.clamp(-bound, bound) * w for n, v in glob.items()}
             out[cid]["n"] = torch.tensor([w], dtype=torch.int64)
+        return out
+
+    def _delta_uploads(
+        self, clients: Sequence[Client], order: Sequence[Client], res: Any, glob: Mapping[str, torch.Tensor]
+    ) -> dict[int, Any]:
+        """DP-FedAvg uploads: ``d.<param> = clip_B(w_k) - w`` (unweighted) and ``n = 1`` per trained client."""
+        bound = self.options.param_bound
+        out: dict[int, Any] = {c.id: {} for c in clients}
+        for n, v in res.params.items():
+            delta = v.clamp(-bound, bound) - glob[n].unsqueeze(0)
+            for c, part in zip(order, delta.unbind(0), strict=True):
+                out[c.id][f"d.{n}"] = part
+        for i, c in enumerate(order):
+            c.record_loss(res.losses[i])
+            out[c.id]["n"] = torch.tensor([1], dtype=torch.int64)
+        for cid in res.skipped:  # no train node: no change, and not counted
+            out[cid] = {f"d.{n}": torch.zeros_like(v) for n, v in glob.items()}
+            out[cid]["n"] = torch.tensor([0], dtype=torch.int64)
         return out
 
     def personalize_clients(self, clients: Sequence[Client], broadcast: Broadcast, phase: Phase) -> None:

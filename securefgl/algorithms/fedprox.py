@@ -13,7 +13,7 @@ and uploads the same numerator and denominator blocks as :class:`~securefgl.algo
 
 Args:
     mu: Proximal weight :math:`\mu \ge 0`. (default: ``0.01``)
-    weighting, param_bound, finetune_epochs: As FedAvg.
+    weighting, param_bound, finetune_epochs, upload: As FedAvg.
 
 Shapes:
     As FedAvg.
@@ -43,8 +43,14 @@ class FedProx(FedAvg):
         weighting: Literal["train", "uniform"] = "train"
         param_bound: float = 16.0
         finetune_epochs: int = 0
+        upload: Literal["auto", "weights", "delta"] = "auto"
 
         def __post_init__(self) -> None:
+            if self.upload not in ("auto", "weights", "delta"):
+                raise ConfigError(
+                    f"algorithm.options.upload: invalid value {self.upload!r}; valid choices: 'auto', 'weights', "
+                    "'delta'"
+                )
             if self.mu < 0:
                 raise ConfigError(f"algorithm.options.mu must be >= 0, got {self.mu}")
             if not self.param_bound > 0:

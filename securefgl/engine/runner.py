@@ -26,7 +26,7 @@ from securefgl.algorithms.base import MAIN, Algorithm, Client, Phase, RoundState
 from securefgl.algorithms.registry import create_algorithm
 from securefgl.engine.config import RunConfig
 from securefgl.engine.metrics import ClientMetrics, aggregate_clients, client_metrics
-from securefgl.errors import NonFiniteError, SecureFGLError, TrainingError
+from securefgl.errors import ConfigError, NonFiniteError, SecureFGLError, TrainingError
 from securefgl.protocols.base import DropoutPlan, Protocol, Sums
 
 __all__ = ["EvalRecord", "RoundRecord", "SeedResult", "broadcast_nbytes", "run_seed"]
@@ -288,6 +288,7 @@ def _run(
         train=train,
         device=device,
         max_clients_per_round=k_all,
+        protocol=config.protocol.name,
     )
     algorithm: Algorithm = create_algorithm(config.algorithm.name, setting, config.algorithm.options)
     phases = list(algorithm.phases(train))
@@ -295,9 +296,7 @@ def _run(
         on_start(phases)
     protocol: Protocol | None = None
     if algorithm.uses_protocol:
-        from securefgl.protocols.registry import get_protocol
-
-        protocol = get_protocol(config.protocol.name, **config.protocol.options)
+        protocol = _build_protocol(config, per_round, k_all)
 
     root = np.random.SeedSequence([seed, 0x5EC])
     s_clients, s_server, s_sampling, s_work = root.spawn(4)
@@ -528,3 +527,25 @@ def _round(
         clip_counts=clips,
     )
     return {"record": record, "broadcast": broadcast}
+
+
+def _build_protocol(config: RunConfig, per_round: int, k_all: int) -> Protocol:
+    """The run's protocol; a ``+dp`` target epsilon lasts ``train.rounds`` rounds unless told otherwise."""
+    from securefgl.protocols.registry import get_protocol
+
+    options = dict(config.protocol.options)
+    name = config.protocol.name
+    if name.endswith("+dp"):
+        if "dp_epsilon" in options and "dp_rounds" not in options:
+            options["dp_rounds"] = int(config.train.rounds)
+        if "dp_sample_rate" not in options and per_round < k_all:
+            options["dp_sample_rate"] = per_round / k_all
+        try:
+            return get_protocol(name, **options)
+        except ConfigError as exc:
+            raise ConfigError(
+                f"{exc} (DP options go in protocol.options with a dp_ prefix, e.g. --set "
+                "protocol.options.dp_min_contributors=9 --set protocol.options.dp_clip_norm=1.0 --set "
+                "protocol.options.dp_epsilon=8)"
+            ) from exc
+    return get_protocol(name, **options)

@@ -186,3 +186,48 @@ def test_the_worked_example_in_the_algorithm_docstring_runs_under_secagg():
     )
     assert res.seeds[0].final.overall["test_acc"] > 0.4
     assert res.seeds[0].bytes_up > 0
+
+
+def _csbm_run(**sections):
+    base = {
+        "dataset": {"name": "csbm", "csbm": {"num_nodes": 500, "num_classes": 3, "num_features": 8}},
+        "partition": {"clients": 4, "cache": False},
+        "protocol": {"name": "plaintext"},
+        "train": {"rounds": 3},
+        "output": {"save": False},
+    }
+    for k, v in sections.items():
+        base[k] = {**base.get(k, {}), **v}
+    return securefgl.run(base).seeds[0]
+
+
+def test_fedavg_delta_upload_is_uniform_fedavg_and_marks_dp_blocks():
+    """DP-FedAvg's delta form: w + mean(clip(w_k) - w) = mean(clip(w_k)), i.e. uniform FedAvg."""
+    uniform = _csbm_run(algorithm={"name": "fedavg", "options": {"weighting": "uniform"}})
+    delta = _csbm_run(algorithm={"name": "fedavg", "options": {"upload": "delta"}})
+    for a, b in zip(uniform.rounds, delta.rounds, strict=True):
+        assert abs(a.loss - b.loss) < 1e-4
+    alg, clients = _setup("fedavg", {"upload": "delta"}, local_epochs=1)
+    server = alg.init_server(torch.Generator().manual_seed(0))
+    bc = alg.initial_broadcast(server)
+    rs = RoundState("train", 0, 0, tuple(c.id for c in clients), bc)
+    schema = alg.schema(rs)
+    assert all(b.dp for b in schema.blocks if b.name.startswith("d.")) and not schema["n"].dp
+    out = alg.client_steps(clients, rs)
+    for c in clients:
+        schema.validate(out[c.id])
+        assert int(out[c.id]["n"][0]) == 1
+
+
+def test_fedavg_under_a_dp_protocol_adds_noise_and_refuses_weight_uploads():
+    dp = {"dp_min_contributors": 3, "dp_clip_norm": 1.0, "dp_insecure_seed": 0}
+    loose = _csbm_run(protocol={"name": "plaintext+dp", "options": {**dp, "dp_noise_multiplier": 1e-3}})
+    tight = _csbm_run(protocol={"name": "plaintext+dp", "options": {**dp, "dp_noise_multiplier": 5.0}})
+    clean = _csbm_run(algorithm={"name": "fedavg", "options": {"upload": "delta"}})
+    assert abs(loose.final.overall["test_acc"] - clean.final.overall["test_acc"]) < 0.05
+    assert [r.loss for r in tight.rounds] != [r.loss for r in clean.rounds]
+    with pytest.raises(ConfigError, match="upload='weights' marks none"):
+        _csbm_run(
+            algorithm={"name": "fedavg", "options": {"upload": "weights"}},
+            protocol={"name": "plaintext+dp", "options": {**dp, "dp_noise_multiplier": 1.0}},
+        )
