@@ -244,6 +244,7 @@ class AdaFGL(FedAvg):
     """
 
     name = "adafgl"
+    dp_blocks = False  # step 1 uploads weighted weights; DP-FedAvg deltas are not wired into AdaFGL
     Options = AdaFGLOptions
     batched = True
 

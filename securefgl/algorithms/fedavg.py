@@ -105,8 +105,11 @@ class FedAvg(Algorithm):
     def compatibility(
         cls, *, protocol: str, model: str, dataset: str, options: Any, num_clients: int | None
     ) -> list[CompatibilityProblem]:
-        upload = getattr(options, "upload", None) or dict(options or {}).get("upload", "auto")
-        if protocol.endswith("+dp") and upload == "weights":
+        if isinstance(options, Mapping):
+            upload = options.get("upload", "auto")
+        else:
+            upload = getattr(options, "upload", "auto")
+        if cls.dp_blocks and protocol.endswith("+dp") and upload == "weights":
             return [
                 CompatibilityProblem(
                     f"protocol {protocol!r} noises only blocks marked for DP, and upload='weights' marks none",
@@ -118,9 +121,10 @@ class FedAvg(Algorithm):
 
     def _delta(self) -> bool:
         """Whether clients upload DP-FedAvg deltas (see ``upload``)."""
-        if self.options.upload == "auto":
+        upload = getattr(self.options, "upload", "weights")  # subclasses without the option upload weights
+        if upload == "auto":
             return self.setting.protocol.endswith("+dp")
-        return self.options.upload == "delta"
+        return upload == "delta"
 
     # ------------------------------------------------------------------ structure ------------------------
 

@@ -174,7 +174,10 @@ def test_unsupported_combination_lists_every_problem_before_loading_data():
     assert len(info.value.problems) == 4
     problems = find_problems("local", "secagg", "gcn", "Cora", dropout=0.2)
     assert len(problems) == 1 and "never communicates" in problems[0].reason
-    assert find_problems("fedavg", "secagg+dp", "gcn", "Cora")[0].remedy.startswith("use protocol 'secagg'")
+    assert find_problems("adafgl", "secagg+dp", "gcn", "Cora")[0].remedy.startswith("use protocol 'secagg'")
+    assert find_problems("fedavg", "secagg+dp", "gcn", "Cora") == []  # DP-FedAvg deltas
+    (weights,) = find_problems("fedavg", "secagg+dp", "gcn", "Cora", options={"upload": "weights"})
+    assert "marks none" in weights.reason
 
 
 def test_config_errors():
