@@ -167,17 +167,19 @@ def _ckks_row(n: int, d: int, repeats: int, seed: int) -> dict[str, Any]:
     }
 
 
-def ckks_section(config: BenchConfig) -> list[dict[str, Any]]:
-    """Section ``ckks``: CKKS per-step times against raw TenSEAL, for every (n, d) of the config."""
+def _ckks_grid(config: BenchConfig, row: Any) -> list[dict[str, Any]]:
+    """``row(n, d)`` for every (n, d) of the config, or a ``skipped`` row where CKKS would be too large."""
     rows: list[dict[str, Any]] = []
     for n in config.clients:
         for d in config.lengths:
             skip = _ckks_skip(config, n, d)
-            if skip is not None:
-                rows.append({"n": n, "d": d, "skipped": skip})
-                continue
-            rows.append(_ckks_row(int(n), int(d), config.repeats, config.seed))
+            rows.append({"n": n, "d": d, "skipped": skip} if skip is not None else row(int(n), int(d)))
     return rows
+
+
+def ckks_section(config: BenchConfig) -> list[dict[str, Any]]:
+    """Section ``ckks``: CKKS per-step times against raw TenSEAL, for every (n, d) of the config."""
+    return _ckks_grid(config, lambda n, d: _ckks_row(n, d, config.repeats, config.seed))
 
 
 def _upload_bytes(t: Transcript, phase: str) -> float:
@@ -218,15 +220,7 @@ def _bytes_row(n: int, d: int, seed: int) -> dict[str, Any]:
 
 def bytes_section(config: BenchConfig) -> list[dict[str, Any]]:
     """Section ``ckks-bytes``: CKKS bytes per client against plaintext, SecAgg and float32."""
-    rows: list[dict[str, Any]] = []
-    for n in config.clients:
-        for d in config.lengths:
-            skip = _ckks_skip(config, n, d)
-            if skip is not None:
-                rows.append({"n": n, "d": d, "skipped": skip})
-                continue
-            rows.append(_bytes_row(int(n), int(d), config.seed))
-    return rows
+    return _ckks_grid(config, lambda n, d: _bytes_row(n, d, config.seed))
 
 
 def dp_section(config: BenchConfig) -> list[dict[str, Any]]:

@@ -7,6 +7,7 @@ The command body only builds an :class:`~securefgl.attacks.audit.AuditConfig` an
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -145,7 +146,7 @@ def _print(result: Any) -> None:
         value = f"{r['mean']:.3f} ± {r['std']:.3f}" if r["mean"] is not None else "n/a"
         bl = ", ".join(f"{k} {v:.3f}" for k, v in r["baselines"].items() if v is not None)
         table.add_row(r["attack"], r["protocol"], r["view"], r["metric"], value, bl)
-    console = Console()
+    console = Console(width=None if sys.stdout.isatty() else 160)  # logs and pipes get full rows
     console.print(table)
     if result.output_dir is not None:
         console.print(f"report: {result.output_dir / 'summary.md'}")

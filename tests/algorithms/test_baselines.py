@@ -87,7 +87,7 @@ def test_fedavg_uploads_weighted_numerator_and_count():
     assert all(int(outu[c.id]["n"][0]) == 1 for c in clients_u)
 
 
-def test_fedprox_with_zero_mu_is_fedavg_and_positive_mu_differs():
+def _csbm_run(**sections):
     base = {
         "dataset": {"name": "csbm", "csbm": {"num_nodes": 500, "num_classes": 3, "num_features": 8}},
         "partition": {"clients": 4, "cache": False},
@@ -95,9 +95,15 @@ def test_fedprox_with_zero_mu_is_fedavg_and_positive_mu_differs():
         "train": {"rounds": 3},
         "output": {"save": False},
     }
-    fedavg = securefgl.run(base).seeds[0]
-    prox0 = securefgl.run(base, algorithm={"name": "fedprox", "options": {"mu": 0.0}}).seeds[0]
-    prox1 = securefgl.run(base, algorithm={"name": "fedprox", "options": {"mu": 1.0}}).seeds[0]
+    for k, v in sections.items():
+        base[k] = {**base.get(k, {}), **v}
+    return securefgl.run(base).seeds[0]
+
+
+def test_fedprox_with_zero_mu_is_fedavg_and_positive_mu_differs():
+    fedavg = _csbm_run()
+    prox0 = _csbm_run(algorithm={"name": "fedprox", "options": {"mu": 0.0}})
+    prox1 = _csbm_run(algorithm={"name": "fedprox", "options": {"mu": 1.0}})
     assert [r.loss for r in fedavg.rounds] == [r.loss for r in prox0.rounds]
     assert [r.loss for r in fedavg.rounds] != [r.loss for r in prox1.rounds]
     with pytest.raises(ConfigError, match="mu"):
@@ -105,14 +111,7 @@ def test_fedprox_with_zero_mu_is_fedavg_and_positive_mu_differs():
 
 
 def test_fedavg_finetune_adds_a_local_phase():
-    base = {
-        "dataset": {"name": "csbm", "csbm": {"num_nodes": 500, "num_classes": 3, "num_features": 8}},
-        "partition": {"clients": 4, "cache": False},
-        "protocol": {"name": "plaintext"},
-        "train": {"rounds": 2},
-        "output": {"save": False},
-    }
-    s = securefgl.run(base, algorithm={"name": "fedavg", "options": {"finetune_epochs": 5}}).seeds[0]
+    s = _csbm_run(algorithm={"name": "fedavg", "options": {"finetune_epochs": 5}}, train={"rounds": 2})
     assert [r.phase for r in s.rounds] == ["train", "train", "finetune"]
     assert s.final.phase == "finetune"
     assert s.rounds[-1].total_up == 0
@@ -186,19 +185,6 @@ def test_the_worked_example_in_the_algorithm_docstring_runs_under_secagg():
     )
     assert res.seeds[0].final.overall["test_acc"] > 0.4
     assert res.seeds[0].bytes_up > 0
-
-
-def _csbm_run(**sections):
-    base = {
-        "dataset": {"name": "csbm", "csbm": {"num_nodes": 500, "num_classes": 3, "num_features": 8}},
-        "partition": {"clients": 4, "cache": False},
-        "protocol": {"name": "plaintext"},
-        "train": {"rounds": 3},
-        "output": {"save": False},
-    }
-    for k, v in sections.items():
-        base[k] = {**base.get(k, {}), **v}
-    return securefgl.run(base).seeds[0]
 
 
 def test_fedavg_delta_upload_is_uniform_fedavg_and_marks_dp_blocks():
