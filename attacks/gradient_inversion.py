@@ -998,8 +998,11 @@ def update_from_upload(
 ) -> ModelUpdate:
     """A FedAvg/FedProx upload (or sum) as a :class:`ModelUpdate`: :math:`w_k = (n_k w_k) / n_k`.
 
+    The DP-FedAvg form (``d.<param>`` deltas and a client count ``n``) gives the mean delta directly; its
+    node count is unknown to the adversary (``num_nodes_hint``).
+
     Args:
-        values: The upload's blocks (``w.<param>`` and ``n``).
+        values: The upload's blocks (``w.<param>`` and ``n``, or ``d.<param>`` and ``n``).
         broadcast: The round's broadcast (the parameters the clients started from).
         source: Where the values come from (see :class:`ModelUpdate`).
         contributors: Clients in ``values``.
@@ -1009,6 +1012,16 @@ def update_from_upload(
         AttackNotApplicableError: the blocks are not a model-averaging upload.
     """
     names = list(broadcast)
+    if "n" in values and all(f"d.{k}" in values for k in names):  # DP-FedAvg: Δ_k = w_k − w, n = clients
+        m = float(torch.as_tensor(values["n"]).to(torch.float64).flatten()[0])
+        m = m if source != "masked" and m >= 1 and math.isfinite(m) else float(contributors)
+        base = {k: broadcast[k].detach().to(torch.float64).cpu() for k in names}
+        delta = {
+            k: (torch.as_tensor(values[f"d.{k}"]).to(torch.float64) / m).reshape(base[k].shape) for k in names
+        }
+        return ModelUpdate(
+            base=base, delta=delta, num_nodes=num_nodes_hint, source=source, contributors=int(contributors)
+        )
     missing = [f"w.{k}" for k in names if f"w.{k}" not in values] + ([] if "n" in values else ["n"])
     if missing:
         raise AttackNotApplicableError(
