@@ -250,6 +250,15 @@ class MaskExpander:
         self._mask = self.dtype.type((1 << self.ring_bits) - 1) if self.ring_bits < word_bits else None
         self._zeros = np.zeros(self.length * self.dtype.itemsize, dtype=np.uint8)
         self._scratch = np.empty(self.length, dtype=self.dtype)
+        blocks = -(-self._zeros.nbytes // _BLOCK_BYTES[algorithm])
+        if blocks > MAX_BLOCKS_PER_KEY:
+            raise ConfigError(
+                f"keystream of {self._zeros.nbytes} bytes exceeds {MAX_BLOCKS_PER_KEY} {algorithm} blocks per "
+                "key; split the vector into chunks with separate labels"
+            )
+        # buffers viewed once: add/subtract then cost one cipher setup, one update_into and one numpy op
+        self._zeros_view = self._zeros.data
+        self._scratch_view = self._scratch.view(np.uint8).data
 
     def zeros(self) -> np.ndarray:
         """A fresh all-zero accumulator."""
@@ -266,16 +275,23 @@ class MaskExpander:
         """The mask of ``key``: uniform in :math:`\\mathbb{Z}_{2^b}^d`."""
         return self.reduce(self.raw(key, out))
 
+    def _stream(self, key: bytes) -> None:
+        """The keystream of ``key`` into the scratch buffer (checks done once in ``__init__``)."""
+        if len(key) != KEY_BYTES:
+            raise ConfigError(f"PRG key must have {KEY_BYTES} bytes, got {len(key)}")
+        if self.length:
+            _encryptor(bytes(key), self.algorithm, 0).update_into(self._zeros_view, self._scratch_view)
+
     def add(self, acc: np.ndarray, key: bytes) -> None:
         """``acc += PRG(key)`` with wrap-around (reduce later)."""
         self._check(acc)
-        keystream_into(key, self._scratch, algorithm=self.algorithm, zeros=self._zeros)
+        self._stream(key)
         np.add(acc, self._scratch, out=acc)
 
     def subtract(self, acc: np.ndarray, key: bytes) -> None:
         """``acc -= PRG(key)`` with wrap-around (reduce later)."""
         self._check(acc)
-        keystream_into(key, self._scratch, algorithm=self.algorithm, zeros=self._zeros)
+        self._stream(key)
         np.subtract(acc, self._scratch, out=acc)
 
     def reduce(self, arr: np.ndarray) -> np.ndarray:

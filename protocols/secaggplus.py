@@ -449,6 +449,7 @@ class SecAggPlusClientState:
     neighbours: tuple[int, ...] = ()
     channels: dict[int, PeerChannel] = field(default_factory=dict)
     mask_keys: dict[int, bytes] = field(default_factory=dict)
+    self_mask_key: bytes = b""
     own_shares: np.ndarray | None = None
     seed_shares: dict[int, np.ndarray] = field(default_factory=dict)
     key_shares: dict[int, np.ndarray] = field(default_factory=dict)
@@ -677,6 +678,7 @@ class SecAggPlusClient:
                 InconsistentViewError, "a neighbour advertised a degenerate (low-order) public key", ph
             ) from None
         s.seed = bytearray(self._random(KEY_BYTES))
+        s.self_mask_key = _self_key(s.seed, sid, r, self.party_id)  # derived with the pairwise keys
         position = {c: i + 1 for i, c in enumerate(s.request.invited)}
         xs = [position[v] for v in nbrs]
         shares = _shamir.split([bytes(s.seed), bytes(s.mask_sk_raw)], xs, t, self._random)  # (m, 2, LIMBS)
@@ -761,7 +763,7 @@ class SecAggPlusClient:
         _wipe(enc.data)
         t2 = time.perf_counter()
         r = s.request.round_index
-        expander.add(y, _self_key(s.seed, s.session_id, r, self.party_id))
+        expander.add(y, s.self_mask_key)
         masked_with = sorted(s.seed_shares)  # forwarded (U2) neighbours whose shares authenticated
         for v in masked_with:
             if v > self.party_id:
@@ -892,6 +894,7 @@ class SecAggPlusClient:
         s.seed_shares.clear()
         s.key_shares.clear()
         s.mask_keys.clear()
+        s.self_mask_key = b""
         s.channels.clear()
         s.mask_sk = None
         s.channel_sk = None

@@ -18,6 +18,11 @@ against two baselines measured in the same process right after it:
   server one self-mask stream per survivor plus one pairwise stream per (dropped client, surviving
   neighbour) pair.
 
+The client's masked-input stage is also split into its steps (medians over clients, from the
+transcript): ``client_encode_ms`` (fixed-point encoding with stochastic rounding, which plaintext pays
+too) and ``client_mask_ms`` (self mask + pairwise masks, the work baseline (b) models), so
+``mask_vs_prg`` is the masking cost against its floor and ``client_vs_prg`` the whole stage against it.
+
 Ratios are printed next to the numbers. Timings are single runs unless ``repeats > 1`` (then the
 minimum over repeats, for the protocol and its floors alike).
 
@@ -317,7 +322,13 @@ def run_protocol_case(
         raise ConfigError(f"repeats must be >= 1, got {repeats}")
     if baselines:
         masks = best["masks"]
-        for key in ("prg_floor_client_ms", "prg_floor_server_ms", "client_vs_prg", "server_vs_prg"):
+        for key in (
+            "prg_floor_client_ms",
+            "prg_floor_server_ms",
+            "client_vs_prg",
+            "mask_vs_prg",
+            "server_vs_prg",
+        ):
             best[key] = None
         if masks:
             best["prg_floor_client_ms"] = 1e3 * prg_floor_seconds(
@@ -330,6 +341,8 @@ def run_protocol_case(
                 best["server_prg_streams"], d, schema.ring_bits, algorithm=prg, repeats=repeats
             )
             best["client_vs_prg"] = _ratio(best["client_input_ms"], best["prg_floor_client_ms"])
+            if best["client_mask_ms"] is not None:
+                best["mask_vs_prg"] = _ratio(best["client_mask_ms"], best["prg_floor_client_ms"])
             best["server_vs_prg"] = _ratio(best["server_ms"], best["prg_floor_server_ms"])
         vecs = [schema.pack(contributions[c])[0] for c in clients[: best["survivors"]]]
         best["plain_sum_ms"] = 1e3 * plaintext_sum_seconds(vecs, repeats=repeats)
@@ -398,11 +411,18 @@ def _row_from_transcript(
     dropped_after_keys = sum(
         1 for p in dropped_phase.values() if input_phase is not None and p == input_phase
     )
+    steps = tr.extra.get("client_masked_input_seconds", {})  # masking protocols: per-step medians
+
+    def step_ms(key: str) -> float | None:
+        return 1e3 * float(steps[key]["median"]) if key in steps else None
+
     return {
         "protocol": name,
         "n": n,
         "d": d,
         "dropout": dropout,
+        "client_encode_ms": step_ms("encode"),
+        "client_mask_ms": step_ms("mask"),
         "ring_bits": schema.ring_bits,
         "survivors": len(tr.survivors),
         "dropped": len(tr.dropped),
@@ -524,6 +544,9 @@ _GRID_COLUMNS = [
     "client_input_ms",
     "prg_floor_client_ms",
     "client_vs_prg",
+    "client_encode_ms",
+    "client_mask_ms",
+    "mask_vs_prg",
     "client_ms",
     "server_ms",
     "plain_sum_ms",
