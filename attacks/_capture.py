@@ -139,34 +139,30 @@ def capture_run(
     Same seeding, client setup, phases and rounds as the engine; evaluation runs once, on the final
     broadcast. ``max_rounds`` caps the rounds of each ``rounds`` phase (audits of long runs).
     """
-    from securefgl.algorithms.base import Client, RoundState, Setting
+    from securefgl.algorithms.base import Client, RoundState
     from securefgl.algorithms.registry import create_algorithm
-    from securefgl.engine.runner import EvalRecord, RoundRecord, SeedResult, _evaluate, _round
-    from securefgl.protocols.registry import get_protocol
+    from securefgl.engine.runner import (
+        EvalRecord,
+        RoundRecord,
+        SeedResult,
+        _build_protocol,
+        _evaluate,
+        _round,
+        make_setting,
+    )
 
     t0 = time.perf_counter()
     dev = torch.device(device)
     train = config.train
     k_all = fg.num_clients
     per_round = train.clients_in_round(k_all)
-    setting = Setting(
-        num_features=fg.num_features,
-        num_classes=fg.num_classes,
-        num_clients=k_all,
-        num_nodes=fg.num_nodes,
-        count_bound=int(fg.num_nodes),
-        model=config.model,
-        train=train,
-        device=dev,
-        max_clients_per_round=k_all,
-        protocol=config.protocol.name,
-    )
+    setting = make_setting(config, fg, dev)
     algorithm = create_algorithm(config.algorithm.name, setting, config.algorithm.options)
     phases = list(algorithm.phases(train))
     records: list[AggregationRecord] = []
     protocol: RecordingProtocol | None = None
     if algorithm.uses_protocol:
-        protocol = RecordingProtocol(get_protocol(config.protocol.name, **config.protocol.options), records)
+        protocol = RecordingProtocol(_build_protocol(config, per_round, k_all), records)
 
     root = np.random.SeedSequence([seed, 0x5EC])
     s_clients, s_server, s_sampling, s_work = root.spawn(4)

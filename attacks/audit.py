@@ -950,22 +950,12 @@ def _structure_attack(ctx: _Context, name: str, kind: str) -> AttackOutcome:
 
 def _upload_setup(ctx: _Context) -> tuple[Any, Any, dict[int, Any], Any, dict[str, torch.Tensor]]:
     """The algorithm's first upload, computed by its own client step on every client (no server step)."""
-    from securefgl.algorithms.base import Client, RoundState, Setting
+    from securefgl.algorithms.base import Client, RoundState
     from securefgl.algorithms.registry import create_algorithm
+    from securefgl.engine.runner import make_setting
 
     fg, rc = ctx.fg, ctx.run_cfg
-    setting = Setting(
-        fg.num_features,
-        fg.num_classes,
-        fg.num_clients,
-        fg.num_nodes,
-        int(fg.num_nodes),
-        rc.model,
-        rc.train,
-        ctx.device,
-        max_clients_per_round=fg.num_clients,
-        protocol=rc.protocol.name,
-    )
+    setting = make_setting(rc, fg, ctx.device)
     alg = create_algorithm(rc.algorithm.name, setting, rc.algorithm.options)
     ws: dict[str, Any] = {"generator": torch.Generator(device=ctx.device).manual_seed(ctx.cfg.seed)}
     clients = [

@@ -278,18 +278,7 @@ def _run(
     train = config.train
     k_all = fg.num_clients
     per_round = train.clients_in_round(k_all)
-    setting = Setting(
-        num_features=fg.num_features,
-        num_classes=fg.num_classes,
-        num_clients=k_all,
-        num_nodes=fg.num_nodes,
-        count_bound=int(fg.num_nodes),
-        model=config.model,
-        train=train,
-        device=device,
-        max_clients_per_round=k_all,
-        protocol=config.protocol.name,
-    )
+    setting = make_setting(config, fg, device)
     algorithm: Algorithm = create_algorithm(config.algorithm.name, setting, config.algorithm.options)
     phases = list(algorithm.phases(train))
     if on_start:
@@ -549,3 +538,19 @@ def _build_protocol(config: RunConfig, per_round: int, k_all: int) -> Protocol:
                 "protocol.options.dp_epsilon=8)"
             ) from exc
     return get_protocol(name, **options)
+
+
+def make_setting(config: RunConfig, fg: Any, device: torch.device | str) -> Setting:
+    """The public facts of a run (:class:`Setting`) for ``config`` on the federated graph ``fg``."""
+    return Setting(
+        num_features=fg.num_features,
+        num_classes=fg.num_classes,
+        num_clients=fg.num_clients,
+        num_nodes=fg.num_nodes,
+        count_bound=int(fg.num_nodes),
+        model=config.model,
+        train=config.train,
+        device=torch.device(device),
+        max_clients_per_round=fg.num_clients,
+        protocol=config.protocol.name,
+    )
