@@ -379,6 +379,9 @@ def _print_table(result: Any) -> None:
     overall.add_row("time cryptography (s)", ms("crypto_seconds", 1.0))
     overall.add_row("time evaluation (s)", ms("eval_seconds", 1.0))
     overall.add_row("dropouts", ms("dropouts", 1.0, "{:.0f}"))
+    if "dp_epsilon" in summ:
+        delta = summ.get("dp_delta", {}).get("mean", float("nan"))
+        overall.add_row(f"privacy spent: epsilon at delta {delta:g}", ms("dp_epsilon", 1.0))
     overall.add_row("device", result.device)
     console.print(overall)
     if result.output_dir is not None:

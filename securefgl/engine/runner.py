@@ -77,6 +77,7 @@ class RoundRecord:
     excluded: dict[int, str] = field(default_factory=dict)
     clip_counts: dict[str, int] = field(default_factory=dict)
     metrics: dict[str, float] | None = None
+    privacy: dict[str, Any] | None = None
 
     @property
     def total_up(self) -> int:
@@ -106,6 +107,7 @@ class RoundRecord:
             "excluded": {str(k): v for k, v in self.excluded.items()},
             "clip_counts": dict(self.clip_counts),
             "metrics": self.metrics,
+            "privacy": self.privacy,
         }
 
 
@@ -174,6 +176,10 @@ class SeedResult:
                 "dropouts": float(self.num_dropped),
             }
         )
+        spent = [r.privacy for r in self.rounds if r.privacy]
+        if spent:  # a +dp protocol: the guarantee after the last noised sum
+            out["dp_epsilon"] = float(spent[-1]["epsilon"])
+            out["dp_delta"] = float(spent[-1]["delta"])
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -446,6 +452,7 @@ def _round(
     dropped: dict[int, str] = {}
     excluded: dict[int, str] = {}
     clips: dict[str, int] = {}
+    privacy: dict[str, Any] | None = None
     broadcast = rs.broadcast
     if communicates:
         if protocol is None:
@@ -481,6 +488,7 @@ def _round(
                 bytes_down[cid] = bytes_down.get(cid, 0) + transcript.total_bytes_received(cid)
             dropped.update(transcript.dropped)
             excluded.update(transcript.excluded)
+            privacy = transcript.extra.get("privacy", privacy)
             for k, v in transcript.clip_counts.items():
                 ck = k if single else f"{req.key}.{k}"
                 clips[ck] = clips.get(ck, 0) + int(v)
@@ -514,6 +522,7 @@ def _round(
         dropped=dropped,
         excluded=excluded,
         clip_counts=clips,
+        privacy=privacy,
     )
     return {"record": record, "broadcast": broadcast}
 

@@ -212,6 +212,10 @@ def test_fedavg_under_a_dp_protocol_adds_noise_and_refuses_weight_uploads():
     clean = _csbm_run(algorithm={"name": "fedavg", "options": {"upload": "delta"}})
     assert abs(loose.final.overall["test_acc"] - clean.final.overall["test_acc"]) < 0.05
     assert [r.loss for r in tight.rounds] != [r.loss for r in clean.rounds]
+    # the guarantee is reported: a larger noise multiplier spends less epsilon; no DP, no figure
+    assert 0 < tight.summary()["dp_epsilon"] < loose.summary()["dp_epsilon"]
+    assert tight.rounds[-1].privacy["delta"] == tight.summary()["dp_delta"]
+    assert "dp_epsilon" not in clean.summary()
     with pytest.raises(ConfigError, match="upload='weights' marks none"):
         _csbm_run(
             algorithm={"name": "fedavg", "options": {"upload": "weights"}},
