@@ -14,7 +14,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import torch
 
 from securefgl.attacks.views import AggregationRecord
@@ -139,7 +138,7 @@ def capture_run(
     Same seeding, client setup, phases and rounds as the engine; evaluation runs once, on the final
     broadcast. ``max_rounds`` caps the rounds of each ``rounds`` phase (audits of long runs).
     """
-    from securefgl.algorithms.base import Client, RoundState
+    from securefgl.algorithms.base import RoundState
     from securefgl.algorithms.registry import create_algorithm
     from securefgl.engine.runner import (
         EvalRecord,
@@ -149,6 +148,7 @@ def capture_run(
         _evaluate,
         _round,
         make_setting,
+        start_seed,
     )
 
     t0 = time.perf_counter()
@@ -164,26 +164,7 @@ def capture_run(
     if algorithm.uses_protocol:
         protocol = RecordingProtocol(_build_protocol(config, per_round, k_all), records)
 
-    root = np.random.SeedSequence([seed, 0x5EC])
-    s_clients, s_server, s_sampling, s_work = root.spawn(4)
-    sampling_rng = np.random.default_rng(s_sampling)
-
-    def torch_gen(ss: np.random.SeedSequence, d: torch.device) -> torch.Generator:
-        g = torch.Generator(device=d)
-        g.manual_seed(int(ss.generate_state(1, dtype=np.uint64)[0] >> np.uint64(1)))
-        return g
-
-    workspace: dict[str, Any] = {"generator": torch_gen(s_work, dev)}
-    clients = [
-        Client(i, data.to(dev), torch_gen(ss, dev), workspace=workspace)
-        for i, (data, ss) in enumerate(zip(fg.clients, s_clients.spawn(k_all), strict=True))
-    ]
-    if algorithm.needs_global_graph:
-        workspace["global_data"] = fg.global_data().to(dev)
-    for c in clients:
-        algorithm.init_client(c)
-    server = algorithm.init_server(torch_gen(s_server, torch.device("cpu")))
-    broadcast = algorithm.initial_broadcast(server)
+    clients, server, broadcast, sampling_rng = start_seed(algorithm, fg, seed, dev)
     total = sum(
         (p.rounds if p.rounds is not None else train.rounds) if p.kind == "rounds" else 1 for p in phases
     )

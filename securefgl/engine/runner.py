@@ -293,30 +293,7 @@ def _run(
     if algorithm.uses_protocol:
         protocol = _build_protocol(config, per_round, k_all)
 
-    root = np.random.SeedSequence([seed, 0x5EC])
-    s_clients, s_server, s_sampling, s_work = root.spawn(4)
-    sampling_rng = np.random.default_rng(s_sampling)
-
-    def torch_gen(ss: np.random.SeedSequence, dev: torch.device) -> torch.Generator:
-        g = torch.Generator(device=dev)
-        g.manual_seed(int(ss.generate_state(1, dtype=np.uint64)[0] >> np.uint64(1)))
-        return g
-
-    workspace: dict[str, Any] = {"generator": torch_gen(s_work, device)}
-    if getattr(algorithm, "needs_cross_edges", False):
-        from securefgl.algorithms.fedstruct import attach_cross_edges
-
-        fg = attach_cross_edges(fg)
-    clients = [
-        Client(i, data.to(device), torch_gen(ss, device), workspace=workspace)
-        for i, (data, ss) in enumerate(zip(fg.clients, s_clients.spawn(k_all), strict=True))
-    ]
-    if algorithm.needs_global_graph:
-        workspace["global_data"] = fg.global_data().to(device)
-    for c in clients:
-        algorithm.init_client(c)
-    server = algorithm.init_server(torch_gen(s_server, torch.device("cpu")))
-    broadcast = algorithm.initial_broadcast(server)
+    clients, server, broadcast, sampling_rng = start_seed(algorithm, fg, seed, device)
 
     global_round = 0
     best: EvalRecord | None = None
@@ -563,3 +540,36 @@ def make_setting(config: RunConfig, fg: Any, device: torch.device | str) -> Sett
         max_clients_per_round=fg.num_clients,
         protocol=config.protocol.name,
     )
+
+
+def start_seed(
+    algorithm: Algorithm, fg: Any, seed: int, device: torch.device
+) -> tuple[list[Client], Any, Any, np.random.Generator]:
+    """Clients, server state, first broadcast and the client-sampling generator of one seed.
+
+    Every random stream of a seed (per-client generators, the shared workspace generator, the server's
+    initialisation, client sampling) is spawned here from ``seed``, so a run and its audit replay agree.
+    """
+    root = np.random.SeedSequence([seed, 0x5EC])
+    s_clients, s_server, s_sampling, s_work = root.spawn(4)
+
+    def torch_gen(ss: np.random.SeedSequence, dev: torch.device) -> torch.Generator:
+        g = torch.Generator(device=dev)
+        g.manual_seed(int(ss.generate_state(1, dtype=np.uint64)[0] >> np.uint64(1)))
+        return g
+
+    workspace: dict[str, Any] = {"generator": torch_gen(s_work, device)}
+    if getattr(algorithm, "needs_cross_edges", False):
+        from securefgl.algorithms.fedstruct import attach_cross_edges
+
+        fg = attach_cross_edges(fg)
+    clients = [
+        Client(i, data.to(device), torch_gen(ss, device), workspace=workspace)
+        for i, (data, ss) in enumerate(zip(fg.clients, s_clients.spawn(fg.num_clients), strict=True))
+    ]
+    if algorithm.needs_global_graph:
+        workspace["global_data"] = fg.global_data().to(device)
+    for c in clients:
+        algorithm.init_client(c)
+    server = algorithm.init_server(torch_gen(s_server, torch.device("cpu")))
+    return clients, server, algorithm.initial_broadcast(server), np.random.default_rng(s_sampling)
