@@ -279,6 +279,10 @@ class Setting:
         max_clients_per_round: The most clients a round invites (``max_clients`` of schemas).
         protocol: Name of the aggregation protocol (public; e.g. a ``+dp`` name makes FedAvg upload
             DP-ready deltas).
+        public_edge_index: ``(2, E)`` the federation's whole edge set in global ids, present only for an
+            algorithm whose threat model makes the structure public to the server
+            (:meth:`Algorithm.server_knows_edges`, e.g. FedStruct-A); never features or labels.
+            (default: ``None``)
     """
 
     num_features: int
@@ -291,6 +295,7 @@ class Setting:
     device: torch.device = torch.device("cpu")
     max_clients_per_round: int = 0
     protocol: str = ""
+    public_edge_index: torch.Tensor | None = None
 
     def make_model(self, *, generator: torch.Generator | None = None) -> torch.nn.Module:
         """A fresh model of the run's architecture, initialised from ``generator`` (on ``device``)."""
@@ -403,6 +408,15 @@ class Algorithm:
         Called before any work starts; return every problem found (empty list: fine).
         """
         return []
+
+    @classmethod
+    def server_knows_edges(cls, options: Any) -> bool:
+        """Whether the server may know the global edge set under ``options`` (default: never).
+
+        ``True`` puts the federation's edges in :attr:`Setting.public_edge_index` (a weaker threat model the
+        algorithm must document, e.g. FedStruct-A).
+        """
+        return False
 
     def phases(self, train: TrainConfig) -> Sequence[Phase]:
         """The phases of a run, in order (default: one ``rounds`` phase of ``train.rounds`` rounds)."""

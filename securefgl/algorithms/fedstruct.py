@@ -29,8 +29,16 @@ Args:
     num_hops: ``L`` of the local feature branch. (default: ``2``)
     num_hops_s: ``L_s`` of the structure branch (1: local, no setup sums). (default: ``10``)
     beta: :math:`\beta_1..\beta_{L_s}`, or ``None`` for the pure power. (default: ``None``)
-    nsf: ``"h2v"`` (Hop2Vec, learnable, FedStruct-B default) or ``"degree"`` (one-hot degree). (default:
-        ``"h2v"``)
+    nsf: Node structure features: ``"h2v"`` (Hop2Vec, learnable, FedStruct-B default), ``"degree"`` (one-hot
+        global degree, summed once by the protocol), or the task-agnostic ``"node2vec"`` / ``"gdv"``
+        (graphlet degree vectors), which need the global graph and so run as **FedStruct-A**: the server is
+        given the federation's edge set (:attr:`~securefgl.algorithms.base.Setting.public_edge_index`),
+        computes :math:`S` once (:mod:`securefgl.algorithms._fedstruct_nsf`) and broadcasts it. With the
+        decoupled GCN, A and B give the same predictions for the same :math:`\bar A` and :math:`S` (spec
+        §7 items 14-15), so :math:`\bar A_{[i]}` still comes from the private setup. (default: ``"h2v"``)
+    n2v_epochs: Node2Vec training epochs (the authors': 50). (default: ``50``)
+    gdv_graphlet_size: Largest graphlet of the GDV: ``5`` (73 orbits, the authors') or ``4`` (15).
+        (default: ``5``)
     d_s: Structure-feature width. (default: ``256``)
     hidden_f / hidden_s: Hidden widths of ``f`` and ``g``. (default: ``(64,)``, ``(256,)``)
     dropout: Dropout in ``f`` and ``g``. (default: ``0.7``)
@@ -63,6 +71,7 @@ import torch.nn.functional as F
 from torch.func import functional_call
 
 from securefgl.algorithms._fedstruct_model import DecoupledGCN, degree_onehot
+from securefgl.algorithms._fedstruct_nsf import graphlet_degree_vectors, node2vec_features
 from securefgl.algorithms._fedstruct_setup import (
     SetupTooLargeError,
     SingleContributorWarning,
@@ -83,6 +92,8 @@ from securefgl.protocols.encoding import BlockSpec, SumSchema
 __all__ = ["FedStruct", "SetupTooLargeError", "SingleContributorWarning", "attach_cross_edges"]
 
 _SETUP_KEY = "abar"
+#: Structure features that need the whole graph, so only FedStruct-A (server knows E) can compute them.
+_GLOBAL_NSF = ("node2vec", "gdv")
 
 
 @register_algorithm
@@ -98,8 +109,10 @@ class FedStruct(Algorithm):
         num_hops: int = 2
         num_hops_s: int = 10
         beta: tuple[float, ...] | None = None
-        nsf: Literal["h2v", "degree"] = "h2v"
+        nsf: Literal["h2v", "degree", "node2vec", "gdv"] = "h2v"
         d_s: int = 256
+        n2v_epochs: int = 50
+        gdv_graphlet_size: int = 5
         hidden_f: tuple[int, ...] = (64,)
         hidden_s: tuple[int, ...] = (256,)
         dropout: float = 0.7
@@ -116,8 +129,15 @@ class FedStruct(Algorithm):
                 raise ConfigError(
                     f"algorithm.options.num_hops and num_hops_s must be >= 1, got {self.num_hops}, {self.num_hops_s}"
                 )
-            if self.nsf not in ("h2v", "degree"):
-                raise ConfigError(f"algorithm.options.nsf must be 'h2v' or 'degree', got {self.nsf!r}")
+            if self.nsf not in ("h2v", "degree", "node2vec", "gdv"):
+                raise ConfigError(
+                    f"algorithm.options.nsf must be 'h2v', 'degree', 'node2vec' or 'gdv', got {self.nsf!r}"
+                )
+            if self.n2v_epochs < 1 or self.gdv_graphlet_size not in (4, 5):
+                raise ConfigError(
+                    f"algorithm.options: need n2v_epochs >= 1 and gdv_graphlet_size in (4, 5); got "
+                    f"n2v_epochs={self.n2v_epochs}, gdv_graphlet_size={self.gdv_graphlet_size}"
+                )
             if self.beta is not None and len(self.beta) != self.num_hops_s:
                 raise ConfigError(
                     f"algorithm.options.beta needs num_hops_s={self.num_hops_s} entries, got {list(self.beta)}"
@@ -145,6 +165,17 @@ class FedStruct(Algorithm):
 
     # ------------------------------------------------------------------ structure ------------------------
 
+    @classmethod
+    def server_knows_edges(cls, options: Any) -> bool:
+        """FedStruct-A (``nsf`` ``"node2vec"`` or ``"gdv"``): the server knows the global edge set."""
+        nsf = options.get("nsf", "h2v") if isinstance(options, dict) else getattr(options, "nsf", "h2v")
+        return nsf in _GLOBAL_NSF
+
+    @property
+    def variant(self) -> str:
+        """``"A"`` (server knows the edges) or ``"B"`` (it does not; the default)."""
+        return "A" if self.options.nsf in _GLOBAL_NSF else "B"
+
     def phases(self, train: Any) -> Sequence[Phase]:
         o = self.options
         k, n = self.setting.num_clients, self.setting.num_nodes
@@ -162,12 +193,20 @@ class FedStruct(Algorithm):
         out.append(Phase("train", rounds=train.rounds))
         return tuple(out)
 
+    @property
+    def feature_width(self) -> int:
+        """Width of :math:`S`: ``d_s``, or the GDV's orbit count (73 or 15)."""
+        o = self.options
+        if o.nsf == "gdv":
+            return 73 if o.gdv_graphlet_size == 5 else 15
+        return o.d_s
+
     def _model(self, generator: torch.Generator | None = None) -> DecoupledGCN:
         o = self.options
         return DecoupledGCN(
             self.setting.num_features,
             self.setting.num_classes,
-            o.d_s,
+            self.feature_width,
             o.hidden_f,
             o.hidden_s,
             o.dropout,
@@ -192,7 +231,25 @@ class FedStruct(Algorithm):
         opt = torch.optim.Adam(
             list(params.values()), lr=self.setting.train.lr, weight_decay=self.setting.train.weight_decay
         )
-        return {"params": params, "opt": opt, "public": {}, "last_grad": None, "num_train": None}
+        public = {}
+        if self.variant == "A":
+            public["S"] = self._global_features(generator)
+        return {"params": params, "opt": opt, "public": public, "last_grad": None, "num_train": None}
+
+    def _global_features(self, generator: torch.Generator) -> torch.Tensor:
+        """FedStruct-A: :math:`S = Q_{NSF}(E)` from the server's public edge set, ``(n, d_s)``."""
+        o, edges = self.options, self.setting.public_edge_index
+        if edges is None:
+            raise ConfigError(
+                f"fedstruct: nsf={o.nsf!r} is FedStruct-A and needs the global edge set at the server "
+                "(Setting.public_edge_index, filled by the engine); use nsf='h2v' or 'degree' for FedStruct-B"
+            )
+        n = self.setting.num_nodes
+        if o.nsf == "node2vec":
+            s = node2vec_features(edges.cpu(), n, dim=o.d_s, epochs=o.n2v_epochs, generator=generator)
+        else:
+            s = graphlet_degree_vectors(edges.cpu(), n, graphlet_size=o.gdv_graphlet_size)
+        return s
 
     def _broadcast(self, server: dict[str, Any]) -> Broadcast:
         out = {k: v.detach().clone() for k, v in server["params"].items()}
@@ -413,4 +470,4 @@ class FedStruct(Algorithm):
         return out
 
     def run_report(self, server: dict[str, Any]) -> dict[str, Any]:
-        return {"num_train": server["num_train"]}
+        return {"num_train": server["num_train"], "variant": self.variant, "nsf": self.options.nsf}

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from securefgl.algorithms.base import MAIN, Algorithm, Client, Phase, RoundState, Setting
-from securefgl.algorithms.registry import create_algorithm
+from securefgl.algorithms.registry import create_algorithm, get_algorithm
 from securefgl.engine.config import RunConfig
 from securefgl.engine.metrics import ClientMetrics, aggregate_clients, client_metrics
 from securefgl.errors import ConfigError, NonFiniteError, SecureFGLError, TrainingError
@@ -526,8 +526,21 @@ def _build_protocol(config: RunConfig, per_round: int, k_all: int) -> Protocol:
     return get_protocol(name, **options)
 
 
+def federation_edge_index(fg: Any) -> torch.Tensor:
+    """``(2, E)`` every edge the clients hold (their local edges and the cross-client edges), global ids."""
+    parts = [c.global_id[c.edge_index] for c in fg.clients]
+    cross = getattr(fg, "cross_edges", None)
+    if cross is not None and cross.numel():
+        parts.append(cross)
+    edges = torch.cat([p.long() for p in parts], dim=1) if parts else torch.zeros(2, 0, dtype=torch.long)
+    return torch.unique(torch.cat([edges, edges.flip(0)], dim=1), dim=1)
+
+
 def make_setting(config: RunConfig, fg: Any, device: torch.device | str) -> Setting:
     """The public facts of a run (:class:`Setting`) for ``config`` on the federated graph ``fg``."""
+    public_edges = None
+    if get_algorithm(config.algorithm.name).server_knows_edges(config.algorithm.options):
+        public_edges = federation_edge_index(fg)
     return Setting(
         num_features=fg.num_features,
         num_classes=fg.num_classes,
@@ -539,6 +552,7 @@ def make_setting(config: RunConfig, fg: Any, device: torch.device | str) -> Sett
         device=torch.device(device),
         max_clients_per_round=fg.num_clients,
         protocol=config.protocol.name,
+        public_edge_index=public_edges,
     )
 
 

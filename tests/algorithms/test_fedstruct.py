@@ -26,7 +26,7 @@ from securefgl.algorithms.registry import create_algorithm, get_algorithm
 from securefgl.data import make_csbm, partition_graph
 from securefgl.data.federated import build_federated_graph
 from securefgl.engine.config import RunConfig
-from securefgl.engine.runner import run_seed
+from securefgl.engine.runner import make_setting, run_seed
 from securefgl.errors import ConfigError, PartitionError
 from securefgl.protocols.base import SERVER
 from securefgl.protocols.registry import get_protocol
@@ -239,7 +239,9 @@ def test_fedsgd_aggregated_gradient_equals_central_gradient(small_fg, protocol, 
 
 def test_options_are_validated():
     with pytest.raises(ConfigError, match="nsf"):
-        FedStruct.Options(nsf="node2vec")
+        FedStruct.Options(nsf="spectral")
+    with pytest.raises(ConfigError, match="gdv_graphlet_size"):
+        FedStruct.Options(nsf="gdv", gdv_graphlet_size=3)
     with pytest.raises(ConfigError, match="beta"):
         FedStruct.Options(num_hops_s=2, beta=(1.0,))
     with pytest.raises(ConfigError, match="u_form"):
@@ -291,3 +293,41 @@ def test_missing_cross_edges_fail_the_run():
     stripped = dataclasses.replace(fg, cross_edges=None, cross_owners=None)
     with pytest.raises(PartitionError, match="cross-client edge"):
         _run(stripped, "plaintext", SMALL, rounds=1)
+
+
+@pytest.mark.parametrize("nsf", ["gdv", "node2vec"])
+def test_fedstruct_a_server_computes_global_features(nsf):
+    """node2vec / GDV run as FedStruct-A: the server gets the federation's edges (only then), computes S once
+    and broadcasts it; the private setup still gives the structure rows, and training learns."""
+    data = make_csbm(
+        num_nodes=200, num_classes=3, avg_degree=6.0, homophily=0.8, num_features=8, signal=0.5, seed=3
+    )
+    fg = attach_cross_edges(partition_graph(data, "random", 4, seed=0, split=(0.2, 0.2, 0.6), cache=False))
+    opts = {**SMALL, "dropout": 0.3, "nsf": nsf, "n2v_epochs": 2, "d_s": 16}
+    cfg = RunConfig.from_mapping({"algorithm": {"name": "fedstruct", "options": opts}})
+    setting = make_setting(cfg, fg, "cpu")
+    g = fg.global_data()
+    assert setting.public_edge_index is not None
+    assert setting.public_edge_index.shape[1] == torch.unique(g.edge_index, dim=1).shape[1]
+    b_cfg = RunConfig.from_mapping({"algorithm": {"name": "fedstruct", "options": SMALL}})
+    assert make_setting(b_cfg, fg, "cpu").public_edge_index is None  # FedStruct-B: the server knows no edge
+    res = _run(fg, "secagg", opts, rounds=25)
+    losses = [r.loss for r in res.rounds if r.phase == "train"]
+    assert losses[-1] < 0.8 * losses[0]
+    assert res.final.overall["test_acc"] > 0.5
+    assert res.report["variant"] == "A" and res.report["nsf"] == nsf
+
+
+def test_fedstruct_a_without_server_edges_is_a_clear_error(small_fg):
+    setting = Setting(
+        num_features=small_fg.num_features,
+        num_classes=small_fg.num_classes,
+        num_clients=small_fg.num_clients,
+        num_nodes=small_fg.num_nodes,
+        count_bound=small_fg.num_nodes,
+        model=RunConfig().model,
+        train=RunConfig().train,
+    )
+    algo = FedStruct(setting, {"nsf": "gdv"})
+    with pytest.raises(ConfigError, match="FedStruct-A"):
+        algo.init_server(torch.Generator().manual_seed(0))
