@@ -54,6 +54,7 @@ def setup_cost(fg, protocol: str, hops: int, prune_p: int | None) -> dict:
         "seconds_total": cost.seconds,
         "seconds_per_client": cost.seconds / k,
         "central_seconds": central_s,
+        "private_vs_central_time": cost.seconds / max(central_s, 1e-9),
         "nonzeros_kept": int(sum(int((a != 0).sum()) for a in abar)),
         "max_abs_error_vs_central": err if prune_p is None else None,
     }
@@ -101,12 +102,41 @@ def main() -> None:
             data, "random", args.clients, seed=0, split=(0.1, 0.1, 0.8), split_scope="global", cache=False
         )
     )
+    setups = []
     for prune in (None, args.prune_p):
-        print(json.dumps({"setup": setup_cost(fg, args.protocol, args.num_hops_s, prune)}), flush=True)
+        setups.append(setup_cost(fg, args.protocol, args.num_hops_s, prune))
+        print(json.dumps({"setup": setups[-1]}), flush=True)
+    name = f"synthetic {args.synthetic}" if args.synthetic else args.dataset
+    print(f"\n{name}, K = {args.clients}, L_s = {args.num_hops_s}, setup under {args.protocol}")
+    print(
+        "| setup | MB up / client | MB down / client | s / client | s total | central s | total / central |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for r in setups:
+        kind = "dense" if r["prune_p"] is None else f"pruned p={r['prune_p']}"
+        print(
+            f"| {kind} | {r['bytes_up_per_client_mean'] / 1e6:.1f} | {r['bytes_down_per_client_mean'] / 1e6:.1f} | "
+            f"{r['seconds_per_client']:.2f} | {r['seconds_total']:.1f} | {r['central_seconds']:.3f} | "
+            f"{r['private_vs_central_time']:.0f}x |"
+        )
     if not args.skip_training:
+        rows = []
         for proto in ("plaintext", args.protocol):
+            rows.append(training_time(fg, proto, args.num_hops_s, args.rounds))
+            print(json.dumps({"training": rows[-1]}), flush=True)
+        print(f"\ntraining, per round (mean of {args.rounds})")
+        print("| protocol | client s | crypto s | server s | total s | vs plaintext | MB up / round |")
+        print("|---|---|---|---|---|---|---|")
+        base = None
+        for r in rows:
+            tot = (
+                r["client_seconds_per_round"] + r["crypto_seconds_per_round"] + r["server_seconds_per_round"]
+            )
+            base = base or tot
             print(
-                json.dumps({"training": training_time(fg, proto, args.num_hops_s, args.rounds)}), flush=True
+                f"| {r['protocol']} | {r['client_seconds_per_round']:.3f} | {r['crypto_seconds_per_round']:.3f} | "
+                f"{r['server_seconds_per_round']:.3f} | {tot:.3f} | {tot / base:.2f}x | "
+                f"{r['bytes_up_per_round'] / 1e6:.1f} |"
             )
 
 
