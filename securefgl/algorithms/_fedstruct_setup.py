@@ -402,16 +402,20 @@ def local_abar(
 ) -> torch.Tensor:
     r"""``(n_i, n_i)``: :math:`\bar A^{(i)} = \sum_l \beta_l (\hat A^{(i)})^l` of the local graph (local degrees)."""
     betas = _betas(num_hops, beta)
-    a = torch.eye(num_nodes, dtype=torch.float64)
-    a.index_put_(
-        (edge_index[0], edge_index[1]), torch.ones(edge_index.shape[1], dtype=torch.float64), accumulate=True
+    loops = torch.arange(num_nodes)
+    idx = torch.cat([edge_index.long().cpu(), torch.stack([loops, loops])], dim=1)
+    shape = (num_nodes, num_nodes)
+    ones = torch.ones(idx.shape[1], dtype=torch.float64)
+    a = torch.sparse_coo_tensor(idx, ones, shape, check_invariants=True).coalesce()
+    deg = torch.zeros(num_nodes, dtype=torch.float64).index_add_(0, a.indices()[0], a.values())
+    a_hat = torch.sparse_coo_tensor(
+        a.indices(), a.values() / deg[a.indices()[0]], shape, check_invariants=False, is_coalesced=True
     )
-    a_hat = a / a.sum(1, keepdim=True)
-    out = torch.zeros_like(a_hat)
+    out = torch.zeros(num_nodes, num_nodes, dtype=torch.float64)
     p = torch.eye(num_nodes, dtype=torch.float64)
     for b in betas:
-        p = a_hat @ p
-        out = out + b * p
+        p = torch.sparse.mm(a_hat, p)  # sparse x dense: O(|E| n) per hop
+        out.add_(p, alpha=b)
     return out
 
 
