@@ -319,15 +319,7 @@ def test_fedstruct_a_server_computes_global_features(nsf):
 
 
 def test_fedstruct_a_without_server_edges_is_a_clear_error(small_fg):
-    setting = Setting(
-        num_features=small_fg.num_features,
-        num_classes=small_fg.num_classes,
-        num_clients=small_fg.num_clients,
-        num_nodes=small_fg.num_nodes,
-        count_bound=small_fg.num_nodes,
-        model=RunConfig().model,
-        train=RunConfig().train,
-    )
-    algo = FedStruct(setting, {"nsf": "gdv"})
+    setting = make_setting(RunConfig.from_mapping({"algorithm": {"name": "fedstruct"}}), small_fg, "cpu")
+    algo = FedStruct(setting, {"nsf": "gdv"})  # a B-mode setting: the server was given no edge
     with pytest.raises(ConfigError, match="FedStruct-A"):
         algo.init_server(torch.Generator().manual_seed(0))
