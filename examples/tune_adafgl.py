@@ -146,6 +146,13 @@ def main() -> None:
         cfg = dataclasses.replace(cfg, algorithm=dataclasses.replace(cfg.algorithm, name="adafgl-grid"))
         res = run_seed(cfg, fg, seed, torch.device(args.device))
         per_seed[seed] = list(_ROWS)
+        for vi, overrides in enumerate(_VARIANTS):
+            rows = [r for r in _ROWS if r["variant"] == vi]
+            print(
+                f"  seed {seed} {overrides or '(defaults)'}: val {100 * weighted(rows, 'val_acc'):.2f} "
+                f"test {100 * weighted(rows, 'test_acc'):.2f}",
+                flush=True,
+            )
         print(
             f"seed {seed}: {len(_VARIANTS)} variants in {time.perf_counter() - t0:.0f}s "
             f"(default options: test {100 * res.final.overall['test_acc']:.2f})",
