@@ -95,10 +95,11 @@ def test_random_walks_follow_edges_and_stay_at_isolated_nodes():
     assert 0.35 < float((nxt == 0).float().mean()) < 0.65
 
 
-def test_node2vec_separates_communities_and_is_seeded():
+@pytest.mark.parametrize("dense_max_nodes", [8192, 0])  # all-pairs score matrix / gathered sparse rows
+def test_node2vec_separates_communities_and_is_seeded(dense_max_nodes):
     g = nx.connected_caveman_graph(2, 8)  # two 8-cliques joined by one rewired edge
     ei = _edge_index(g)
-    kw = {"dim": 16, "epochs": 40, "batch_size": 8, "lr": 0.1}
+    kw = {"dim": 16, "epochs": 40, "batch_size": 8, "lr": 0.1, "dense_max_nodes": dense_max_nodes}
     emb = node2vec_features(ei, 16, generator=torch.Generator().manual_seed(0), **kw)
     again = node2vec_features(ei, 16, generator=torch.Generator().manual_seed(0), **kw)
     assert torch.equal(emb, again)
