@@ -62,7 +62,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -168,7 +168,7 @@ class FedStruct(Algorithm):
     @classmethod
     def server_knows_edges(cls, options: Any) -> bool:
         """FedStruct-A (``nsf`` ``"node2vec"`` or ``"gdv"``): the server knows the global edge set."""
-        nsf = options.get("nsf", "h2v") if isinstance(options, dict) else getattr(options, "nsf", "h2v")
+        nsf = options.get("nsf", "h2v") if isinstance(options, Mapping) else getattr(options, "nsf", "h2v")
         return nsf in _GLOBAL_NSF
 
     @property
@@ -237,7 +237,7 @@ class FedStruct(Algorithm):
         return {"params": params, "opt": opt, "public": public, "last_grad": None, "num_train": None}
 
     def _global_features(self, generator: torch.Generator) -> torch.Tensor:
-        """FedStruct-A: :math:`S = Q_{NSF}(E)` from the server's public edge set, ``(n, d_s)``."""
+        """FedStruct-A: :math:`S = Q_{NSF}(E)` from the server's public edge set, ``(n, feature_width)``."""
         o, edges = self.options, self.setting.public_edge_index
         if edges is None:
             raise ConfigError(
@@ -246,10 +246,8 @@ class FedStruct(Algorithm):
             )
         n = self.setting.num_nodes
         if o.nsf == "node2vec":
-            s = node2vec_features(edges.cpu(), n, dim=o.d_s, epochs=o.n2v_epochs, generator=generator)
-        else:
-            s = graphlet_degree_vectors(edges.cpu(), n, graphlet_size=o.gdv_graphlet_size)
-        return s
+            return node2vec_features(edges.cpu(), n, dim=o.d_s, epochs=o.n2v_epochs, generator=generator)
+        return graphlet_degree_vectors(edges.cpu(), n, graphlet_size=o.gdv_graphlet_size)
 
     def _broadcast(self, server: dict[str, Any]) -> Broadcast:
         out = {k: v.detach().clone() for k, v in server["params"].items()}
