@@ -54,11 +54,13 @@ def uniform_random_walks(
     deg = rowptr[1:] - rowptr[:-1]
     walks = torch.empty(start.numel(), length + 1, dtype=torch.long)
     cur = start.long().clone()
-    walks[:, 0] = cur
+    walks[:] = cur[:, None]
+    if col.numel() == 0:  # no edge anywhere: every walk stays where it starts
+        return walks
     for t in range(1, length + 1):
         d = deg[cur]
         pick = (torch.rand(cur.numel(), generator=generator, dtype=torch.float64) * d).long()
-        nxt = col[(rowptr[cur] + pick).clamp(max=max(col.numel() - 1, 0))] if col.numel() else cur
+        nxt = col[(rowptr[cur] + pick).clamp(max=col.numel() - 1)]
         cur = torch.where(d > 0, nxt, cur)
         walks[:, t] = cur
     return walks

@@ -64,7 +64,7 @@ import math
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import torch
 import torch.nn.functional as F
@@ -94,6 +94,8 @@ __all__ = ["FedStruct", "SetupTooLargeError", "SingleContributorWarning", "attac
 _SETUP_KEY = "abar"
 #: Structure features that need the whole graph, so only FedStruct-A (server knows E) can compute them.
 _GLOBAL_NSF = ("node2vec", "gdv")
+#: Every structure-feature option (``Options.nsf``).
+NSF = Literal["h2v", "degree", "node2vec", "gdv"]
 
 
 @register_algorithm
@@ -109,7 +111,7 @@ class FedStruct(Algorithm):
         num_hops: int = 2
         num_hops_s: int = 10
         beta: tuple[float, ...] | None = None
-        nsf: Literal["h2v", "degree", "node2vec", "gdv"] = "h2v"
+        nsf: NSF = "h2v"
         d_s: int = 256
         n2v_epochs: int = 50
         gdv_graphlet_size: int = 5
@@ -129,9 +131,9 @@ class FedStruct(Algorithm):
                 raise ConfigError(
                     f"algorithm.options.num_hops and num_hops_s must be >= 1, got {self.num_hops}, {self.num_hops_s}"
                 )
-            if self.nsf not in ("h2v", "degree", "node2vec", "gdv"):
+            if self.nsf not in get_args(NSF):
                 raise ConfigError(
-                    f"algorithm.options.nsf must be 'h2v', 'degree', 'node2vec' or 'gdv', got {self.nsf!r}"
+                    f"algorithm.options.nsf must be one of {', '.join(map(repr, get_args(NSF)))}, got {self.nsf!r}"
                 )
             if self.n2v_epochs < 1 or self.gdv_graphlet_size not in (4, 5):
                 raise ConfigError(
