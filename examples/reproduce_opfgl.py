@@ -155,7 +155,16 @@ def main() -> None:
         default=None,
         help="partition seeds to run (default: the preset's, 42); other seeds show the partition's effect",
     )
+    ap.add_argument(
+        "--partition-dir",
+        type=Path,
+        default=None,
+        help="read each cell's partition and split from <dir>/<dataset>_<partition>.npz, the paper's own partitions "
+        "rebuilt by examples/opfgl_reference_partition.py, instead of partitioning here",
+    )
     args = ap.parse_args()
+    if args.partition_dir and args.partition_seeds:
+        ap.error("--partition-dir and --partition-seeds exclude each other")
     torch.set_num_threads(args.threads)
     seeds = [int(s) for s in args.seeds.split(",")]
     protocols = [p for p in args.protocols.split(",") if p]
@@ -173,13 +182,28 @@ def main() -> None:
             if pseed:
                 preset["partition"]["seed"] = int(pseed)
             ds, part = preset["dataset"]["name"], preset["partition"]["method"]
+            source = f"partition seed {preset['partition']['seed']}"
+            ref = args.partition_dir / f"{ds}_{part}.npz" if args.partition_dir else None
+            if ref is not None:
+                if not ref.is_file():
+                    raise SystemExit(
+                        f"{ref} does not exist; make it with examples/opfgl_reference_partition.py (see its --help)"
+                    )
+                preset["partition"].update(method="file", params={"path": str(ref)})
+                source = f"reference partition {ref}"
             p = preset["partition"]
             fg = partition_graph(
-                data, part, p["clients"], seed=p["seed"], split=tuple(p["split"]), root=args.data_root
+                data,
+                p["method"],
+                p["clients"],
+                seed=p["seed"],
+                split=tuple(p["split"]),
+                root=args.data_root,
+                **p.get("params", {}),
             )
             stats = partition_statistics(fg)
             print(
-                f"\n== {ds} / {part} (partition seed {p['seed']}): client sizes {stats['sizes']}, classes per client "
+                f"\n== {ds} / {part} ({source}): client sizes {stats['sizes']}, classes per client "
                 f"{stats['classes_per_client']}, F1 ceiling {stats['f1_ceiling']:.1f}, "
                 f"cross-client edges dropped {stats['cross_edges']}",
                 flush=True,

@@ -514,7 +514,8 @@ class PartitionConfig:
 
     Args:
         method: Partitioner name (``random``, ``metis``, ``louvain``, ``louvain+``, ``metis+``, ``dirichlet``,
-            ``structure-noniid``, ``fedlog``, ``kmeans``). (default: ``"louvain"``)
+            ``structure-noniid``, ``fedlog``, ``kmeans``, ``file``: a saved node -> client array, with
+            ``params.path``). (default: ``"louvain"``)
         clients: Number of clients K. (default: 10)
         seed: Seed of the partition and of the per-client splits. (default: 0)
         split: ``[train, val, test]`` ratios (sum at most 1, stratified per class) or ``"public"`` for the

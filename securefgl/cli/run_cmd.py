@@ -44,6 +44,10 @@ def _names(kind: str) -> str:
             from securefgl.data import partition_methods
 
             return ", ".join(partition_methods())
+        if kind == "preset":
+            from securefgl.algorithms.presets import preset_names
+
+            return ", ".join(preset_names())
     except Exception:  # help text must never crash
         return "see the documentation"
     return ""
@@ -104,6 +108,13 @@ def run_command(
         str | None, typer.Option(help=f"Partition method: {_names('partition')}. (default: louvain)")
     ] = None,
     clients: Annotated[int | None, typer.Option(help="Number of clients K. (default: 10)")] = None,
+    preset: Annotated[
+        str | None,
+        typer.Option(
+            help=f"Named paper settings: {_names('preset')}. opfgl-paper picks them by --dataset and "
+            "--partition (louvain+ or metis+). A config file, options and --set win over the preset."
+        ),
+    ] = None,
     rounds: Annotated[int | None, typer.Option(help="Communication rounds. (default: 50)")] = None,
     local_epochs: Annotated[
         int | None, typer.Option("--local-epochs", help="Local epochs per round. (default: 3)")
@@ -204,7 +215,12 @@ def _run(opts: dict[str, Any]) -> None:
         overrides = merge(overrides, parse_overrides(opts["set_"]))
     if opts["no_save"]:
         overrides = merge(overrides, {"output": {"save": False}})
-    cfg = load_run_config(opts["config"], overrides)
+    base = None
+    if opts["preset"] is not None:
+        from securefgl.algorithms.presets import resolve_preset
+
+        base = resolve_preset(opts["preset"], dataset=opts["dataset"], partition=opts["partition"])
+    cfg = load_run_config(opts["config"], overrides, base=base)
     from securefgl.algorithms.registry import check_combination
 
     check_combination(  # before any output: a bad combination is one error line

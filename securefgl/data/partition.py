@@ -26,6 +26,10 @@ Methods (``partition_graph(data, method, K, seed=..., split=..., **params)``):
     FedLoG (spec ``fedlog.md`` §1.2): largest connected component, Metis into K + 1 parts, the last part is
     the held-out new client (``FederatedGraph.held_out``, owner -1), and each client loses the nodes of its
     tail classes ("missing classes", owner -1).
+``file``
+    A partition made elsewhere (another toolkit, a paper's reference pipeline, :func:`save_partition`): an
+    ``.npz`` with the node -> client array ``node_owner`` and, optionally, the ``train_mask`` / ``val_mask`` /
+    ``test_mask`` split, which then replaces ``split``. Never cached (the file is the cache).
 ``kmeans``
     FedStruct: KMeans on node features, clusters above ``ceil(N / K) + delta`` split in two until they fit,
     then packed into K clients (the K largest pieces first; a piece that fits nowhere is cut to fill the
@@ -75,6 +79,8 @@ __all__ = [
     "StructureNonIIDParams",
     "FedLoGParams",
     "KMeansParams",
+    "FileParams",
+    "save_partition",
 ]
 
 
@@ -274,12 +280,37 @@ class KMeansParams:
             raise ConfigError(f"need delta >= 0 and n_init >= 1, got {self.delta}, {self.n_init}")
 
 
+#: Arrays of a partition file (:func:`save_partition`; the ``file`` method reads them).
+PARTITION_FILE_KEYS = ("node_owner", "train_mask", "val_mask", "test_mask")
+
+
+@dataclass(frozen=True)
+class FileParams:
+    """``file`` parameters.
+
+    Args:
+        path: ``.npz`` with ``node_owner`` (``(N,)`` integers: the client of each node, ``-1`` for none) and,
+            optionally, all three of ``train_mask``, ``val_mask``, ``test_mask`` (``(N,)`` booleans, disjoint);
+            with them the file's split is used and the ``split`` setting is ignored. (required)
+    """
+
+    path: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.path, str) or not self.path:
+            raise ConfigError(
+                "file: params.path must name an .npz partition file (node_owner [, train_mask, val_mask, "
+                "test_mask]), e.g. --param path=partition.npz"
+            )
+
+
 @dataclass
 class _Result:
     owner: np.ndarray
     injected: np.ndarray | None = None
     held_out: np.ndarray | None = None
     info: dict[str, Any] = dataclasses.field(default_factory=dict)
+    masks: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # a split that comes with the partition
 
 
 @dataclass(frozen=True)
@@ -733,6 +764,68 @@ def _fedlog(data: Data, k: int, seed: int, p: FedLoGParams) -> _Result:
     return _Result(owner, held_out=held, info=info)
 
 
+def _file_method(data: Data, k: int, seed: int, p: FileParams) -> _Result:
+    """Read a node -> client assignment (and optionally its split) written by :func:`save_partition` or elsewhere."""
+    path = Path(p.path).expanduser()
+    if not path.is_file():
+        raise PartitionError(f"file: partition file {str(path)!r} does not exist")
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {key: np.asarray(z[key]) for key in z.files}
+    except (OSError, ValueError) as exc:
+        raise PartitionError(f"file: {str(path)!r} is not a readable .npz archive ({exc})") from exc
+    n = int(data.num_nodes)
+    if "node_owner" not in arrays:
+        raise PartitionError(
+            f"file: {str(path)!r} has no 'node_owner' array (it has: {', '.join(sorted(arrays)) or 'nothing'})"
+        )
+    owner = arrays["node_owner"]
+    if owner.shape != (n,) or not np.issubdtype(owner.dtype, np.integer):
+        raise PartitionError(
+            f"file: node_owner must be ({n},) integers for this graph, got shape {owner.shape} dtype {owner.dtype}"
+        )
+    owner = owner.astype(np.int64)
+    if owner.min() < -1 or owner.max() >= k:
+        raise PartitionError(
+            f"file: node_owner holds client ids {int(owner.min())}..{int(owner.max())} but num_clients is {k} "
+            f"(valid: -1 for no client, 0..{k - 1}); set partition.clients to {int(owner.max()) + 1}"
+        )
+    present = [key for key in PARTITION_FILE_KEYS[1:] if key in arrays]
+    masks = None
+    if present:
+        if len(present) != 3:
+            missing = sorted(set(PARTITION_FILE_KEYS[1:]) - set(present))
+            raise PartitionError(f"file: {str(path)!r} has {', '.join(present)} but not {', '.join(missing)}")
+        loaded = tuple(arrays[key] for key in PARTITION_FILE_KEYS[1:])
+        for key, m in zip(PARTITION_FILE_KEYS[1:], loaded, strict=True):
+            if m.shape != (n,) or m.dtype != np.bool_:
+                raise PartitionError(
+                    f"file: {key} must be ({n},) booleans, got shape {m.shape} dtype {m.dtype}"
+                )
+        overlap = int((loaded[0].astype(int) + loaded[1] + loaded[2] > 1).sum())
+        if overlap:
+            raise PartitionError(f"file: {overlap} nodes are in more than one of train/val/test")
+        masks = (loaded[0], loaded[1], loaded[2])
+    info = {"path": str(path), "split_from_file": masks is not None}
+    return _Result(owner, info=info, masks=masks)
+
+
+def save_partition(fg: FederatedGraph, path: str | Path) -> Path:
+    """Write ``fg``'s node -> client assignment and split to an ``.npz`` that the ``file`` method reads back.
+
+    FedLoG's held-out client and ``structure-noniid``'s injected edges are not part of the file format.
+    """
+    n = fg.num_nodes
+    masks = {key: np.zeros(n, dtype=bool) for key in PARTITION_FILE_KEYS[1:]}
+    for client in fg.clients:
+        gid = client.global_id.numpy()
+        for key, m in masks.items():
+            m[gid] = client[key].numpy()
+    out = Path(path)
+    np.savez(out, node_owner=fg.node_owner.numpy().astype(np.int64), **masks)
+    return out if out.suffix == ".npz" else out.with_name(out.name + ".npz")
+
+
 def _split_to_cap(groups: list[np.ndarray], cap: int) -> list[np.ndarray]:
     out, todo = [], list(groups)
     while todo:
@@ -791,6 +884,7 @@ _METHODS: dict[str, _Method] = {
     ),
     "fedlog": _Method(FedLoGParams, _fedlog, "LCC, METIS K+1, held-out new client, missing classes (FedLoG)"),
     "kmeans": _Method(KMeansParams, _kmeans_method, "KMeans on features, size-capped (FedStruct)"),
+    "file": _Method(FileParams, _file_method, "node -> client assignment (and split) read from an .npz"),
 }
 
 _METHOD_ALIASES = {
@@ -957,6 +1051,8 @@ def partition_graph(
                 f"(missing {', '.join(missing)}); give [train, val, test] ratios instead"
             )
 
+    if method == "file":
+        cache = False  # the file is the stored partition; a cache entry would go stale when it changes
     # ---- cache lookup ----
     fingerprint = graph_fingerprint(data)
     request = {
@@ -1012,7 +1108,13 @@ def partition_graph(
             f"{method}: client {int(empty[0])} is empty ({empty.size} of {num_clients} clients have no node); "
             f"use fewer clients or other parameters"
         )
-    masks = _masks_from(data, owner, split, split_scope, stratified, seed)
+    masks = (
+        result.masks
+        if result.masks is not None
+        else _masks_from(data, owner, split, split_scope, stratified, seed)
+    )
+    if result.masks is not None:
+        meta["split"] = "file"
     elapsed = time.perf_counter() - t0
     meta.update(info=result.info, cache_hit=False, time_s=elapsed)
     if cache:

@@ -237,15 +237,21 @@ class RunConfig:
 
 
 def load_run_config(
-    path: str | Path | None = None, overrides: dict[str, Any] | list[str] | None = None
+    path: str | Path | None = None,
+    overrides: dict[str, Any] | list[str] | None = None,
+    *,
+    base: dict[str, Any] | None = None,
 ) -> RunConfig:
     """Read a run config file (TOML/YAML/JSON) if given, apply overrides, validate.
 
     Args:
         path: Config file; ``None`` starts from the defaults.
         overrides: A nested mapping or ``section.key=value`` strings; they win over the file.
+        base: A mapping under the file (a preset); the file and the overrides win over it.
     """
-    values: dict[str, Any] = load_mapping(path) if path is not None else {}
+    values: dict[str, Any] = dict(base or {})
+    if path is not None:
+        values = merge(values, load_mapping(path))
     if overrides:
         values = merge(values, overrides if isinstance(overrides, dict) else parse_overrides(overrides))
     return build(RunConfig, values)

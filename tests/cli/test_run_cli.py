@@ -121,6 +121,21 @@ def _exit(argv, capsys):
         (["run", "--seeds", "a,b", "--no-save"], 2, "--seeds"),
         (["run", "--set", "train.clients_per_round=11", "--no-save"], 2, "more clients per round"),
         (["run", "--device", "tpu", "--no-save"], 2, "unknown device 'tpu'"),
+        (
+            ["run", "--preset", "nope", "--no-save"],
+            2,
+            "valid choices: fedspray-code, fedspray-paper, opfgl-paper",
+        ),
+        (
+            ["run", "--preset", "opfgl-paper", "--dataset", "Cora", "--no-save"],
+            2,
+            "give --dataset and --partition",
+        ),
+        (
+            ["run", "--preset", "opfgl-paper", "--dataset", "Cora", "--partition", "dirichlet", "--no-save"],
+            2,
+            "defined: Cora/louvain+",
+        ),
     ],
 )
 def test_errors_map_to_exit_codes(argv, code, needle, capsys, data_root):
@@ -140,3 +155,40 @@ def test_json_errors(data_root):
     assert res.exit_code == 2
     out = json.loads(res.output)
     assert out["type"] == "ConfigError" and out["exit_code"] == 2 and "rot13" in out["error"]
+
+
+def test_preset_is_the_lowest_layer(data_root):
+    """``--preset`` fills the config; options and ``--set`` win over it."""
+    res = runner.invoke(
+        app,
+        [
+            "run",
+            "--preset",
+            "fedspray-code",
+            "--protocol",
+            "plaintext",
+            "--rounds",
+            "1",
+            "--no-save",
+            "--json",
+        ]
+        + ["--set", "dataset.csbm.num_nodes=300", "--set", "algorithm.options.lambda1=2.0"],
+    )
+    assert res.exit_code == 0, res.output
+    cfg = json.loads(res.output)["config"]
+    assert cfg["algorithm"]["name"] == "fedspray" and cfg["train"]["rounds"] == 1
+    assert cfg["algorithm"]["options"]["proxy_mode"] == "code_persistent"
+    assert cfg["algorithm"]["options"]["lambda1"] == 2.0 and cfg["train"]["local_epochs"] == 5
+
+
+def test_opfgl_paper_preset_with_a_partition_file():
+    from securefgl.algorithms.presets import resolve_preset
+    from securefgl.engine.config import load_run_config
+
+    base = resolve_preset("OpFGL-paper", dataset="cora", partition="louvain")
+    cfg = load_run_config(
+        None, {"partition": {"method": "file", "params": {"path": "ref/Cora_louvain+.npz"}}}, base=base
+    )
+    assert cfg.dataset.name == "Cora" and cfg.partition.method == "file" and cfg.partition.seed == 42
+    assert cfg.partition.params == {"path": "ref/Cora_louvain+.npz"}
+    assert cfg.algorithm.options["degree_threshold"] == 20 and list(cfg.seeds) == [0, 1, 2]
