@@ -49,6 +49,16 @@ SPLIT = (0.2, 0.4)
 SEED = 42
 
 
+def partition_file(directory: Path, dataset: str, method: str) -> Path:
+    """``<directory>/<dataset>_<method>.npz``, the name this script writes; exits with the command if it is missing."""
+    path = Path(directory) / f"{dataset}_{method}.npz"
+    if not path.is_file():
+        raise SystemExit(
+            f"{path} does not exist; make it with examples/opfgl_reference_partition.py (export, then partition)"
+        )
+    return path
+
+
 def export_graph(dataset: str, out_dir: Path, root: str | None) -> Path:
     """Write ``<dataset>_graph.npz``: undirected edges (u < v) in ``to_networkx`` insertion order, labels."""
     from securefgl.data import load_dataset

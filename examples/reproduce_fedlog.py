@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from opfgl_reference_partition import partition_file
 from torch_geometric.data import Data
 
 from securefgl.algorithms.base import Client
@@ -210,7 +211,10 @@ def table(args: argparse.Namespace) -> list[dict[str, Any]]:
     for ds in args.datasets:
         data = load_dataset(ds)
         for part in args.partitions:
-            fg = partition_graph(data, part, 10, seed=42, split=(0.2, 0.4, 0.4))
+            if args.partition_dir is not None:
+                fg = partition_graph(data, "file", 10, path=str(partition_file(args.partition_dir, ds, part)))
+            else:
+                fg = partition_graph(data, part, 10, seed=42, split=(0.2, 0.4, 0.4))
             for protocol in args.protocols:
                 accs = []
                 for seed in args.seeds:
@@ -260,13 +264,20 @@ def main() -> None:
     p.add_argument("--prompt-mode", default="paper", choices=["paper", "none"])
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--out", default="results/reproduce_fedlog")
+    p.add_argument(
+        "--partition-dir",
+        type=Path,
+        default=None,
+        help="table: read <dir>/<dataset>_<partition>.npz, O-pFGL's own partitions rebuilt by "
+        "examples/opfgl_reference_partition.py, instead of partitioning here",
+    )
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     rows = claim(args) if args.experiment == "claim" else table(args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{args.experiment}_{int(time.time())}.json"
-    path.write_text(json.dumps({"args": vars(args), "rows": rows}, indent=1))
+    path.write_text(json.dumps({"args": vars(args), "rows": rows}, indent=1, default=str))
     print(f"wrote {path}")
 
 

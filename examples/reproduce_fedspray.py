@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from opfgl_reference_partition import partition_file
 
 from securefgl.algorithms.fedspray_presets import get_preset
 from securefgl.config import build, merge, parse_overrides
@@ -176,14 +177,20 @@ def table(args: argparse.Namespace) -> None:
     for proto in args.protocols:
         for ds in args.datasets:
             for part in args.partitions:
-                key = f"{ds}|{part}|{proto}|{args.preset}|{args.rounds}"
+                key = f"{ds}|{part}|{proto}|{args.preset}|{args.rounds}" + (
+                    "|ref" if args.partition_dir else ""
+                )
                 if key in data and not args.force:
                     print(f"{key}: cached")
                     continue
                 print(f"{key}:", flush=True)
-                fg = partition_graph(
-                    graphs[ds], part, args.clients, seed=PARTITION_SEED, split=(0.2, 0.4, 0.4)
-                )
+                if args.partition_dir is not None:
+                    ref = partition_file(args.partition_dir, ds, part)
+                    fg = partition_graph(graphs[ds], "file", args.clients, path=str(ref))
+                else:
+                    fg = partition_graph(
+                        graphs[ds], part, args.clients, seed=PARTITION_SEED, split=(0.2, 0.4, 0.4)
+                    )
                 cfg = _config(
                     ds,
                     part,
@@ -243,9 +250,10 @@ def report_table(data: dict[str, Any], args: argparse.Namespace) -> None:
             "target F1 | secagg F1 | secagg minority acc |"
         )
         print("|---|---|---|---|---|---|---|---|---|---|")
+        ref = "|ref" if args.partition_dir else ""
         for (ds, part), (tacc, tstd, tf1, tf1s) in TARGETS.items():
-            sec = data.get(f"{ds}|{part}|secagg|{args.preset}|{args.rounds}")
-            pla = data.get(f"{ds}|{part}|plaintext|{args.preset}|{args.rounds}")
+            sec = data.get(f"{ds}|{part}|secagg|{args.preset}|{args.rounds}{ref}")
+            pla = data.get(f"{ds}|{part}|plaintext|{args.preset}|{args.rounds}{ref}")
             if not sec and not pla:
                 continue
 
@@ -315,6 +323,13 @@ def main(argv: list[str] | None = None) -> None:
         "--opt", nargs="*", default=[], help="FedSpray option overrides on top of the preset, KEY=VALUE"
     )
     p.add_argument("--out", default="results/reproduce_fedspray")
+    p.add_argument(
+        "--partition-dir",
+        type=Path,
+        default=None,
+        help="table: read <dir>/<dataset>_<partition>.npz, O-pFGL's own partitions rebuilt by "
+        "examples/opfgl_reference_partition.py, instead of partitioning here",
+    )
     p.add_argument(
         "--select",
         nargs="+",
