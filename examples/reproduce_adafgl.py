@@ -222,6 +222,13 @@ def main() -> None:
     )
     ap.add_argument("--out", default=None, help="write every number to this JSON file")
     ap.add_argument(
+        "--partition-dir",
+        type=Path,
+        default=None,
+        help="read <dir>/<dataset>_<split>.npz (partition and split), e.g. the replay of AdaFGL's own Louvain "
+        "partition by examples/adafgl_reference_partition.py, instead of partitioning here",
+    )
+    ap.add_argument(
         "--merge",
         nargs="+",
         default=None,
@@ -246,20 +253,31 @@ def main() -> None:
         key, _, value = item.partition("=")
         options[key] = json.loads(value)
 
-    report: dict[str, Any] = {"args": vars(args), "cells": []}
+    report: dict[str, Any] = {
+        "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "cells": [],
+    }
     for dataset in args.datasets:
         data = load_dataset(dataset, args.root)
         for split in args.splits:
             t0 = time.perf_counter()
-            fg = partition_graph(
-                data,
-                split,
-                args.clients,
-                seed=0,
-                split=SPLITS[dataset],
-                root=args.root,
-                **partition_params(split),
-            )
+            if args.partition_dir is not None:
+                ref = args.partition_dir / f"{dataset}_{split}.npz"
+                if not ref.is_file():
+                    raise SystemExit(
+                        f"{ref} does not exist; make it with examples/adafgl_reference_partition.py"
+                    )
+                fg = partition_graph(data, "file", args.clients, path=str(ref))
+            else:
+                fg = partition_graph(
+                    data,
+                    split,
+                    args.clients,
+                    seed=0,
+                    split=SPLITS[dataset],
+                    root=args.root,
+                    **partition_params(split),
+                )
             print(
                 f"\n== {dataset} / {split}: {fg.num_clients} clients (partition {time.perf_counter() - t0:.1f}s)"
             )
