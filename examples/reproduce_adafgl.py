@@ -262,11 +262,13 @@ def main() -> None:
         for split in args.splits:
             t0 = time.perf_counter()
             if args.partition_dir is not None:
-                ref = args.partition_dir / f"{dataset}_{split}.npz"
-                if not ref.is_file():
+                name = f"{dataset}_{split}.npz".lower()  # the dataset's case does not matter
+                found = [f for f in sorted(args.partition_dir.glob("*.npz")) if f.name.lower() == name]
+                if not found:
                     raise SystemExit(
-                        f"{ref} does not exist; make it with examples/adafgl_reference_partition.py"
+                        f"no {name} in {args.partition_dir}; make it with examples/adafgl_reference_partition.py"
                     )
+                ref = found[0]
                 fg = partition_graph(data, "file", args.clients, path=str(ref))
             else:
                 fg = partition_graph(
