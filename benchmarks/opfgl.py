@@ -5,9 +5,8 @@ On Cora (10 clients, louvain+ by default, the ``opfgl-paper`` preset) this measu
 * **bytes per client**, up and down, of O-pFGL (one upload of ``C(2D+3)+2`` class sums, one download of
   the pseudo-graph and a model seed) and of FedAvg for 100 rounds (a GCN-64 model each way per round),
   both under ``secagg`` (protocol messages from the transcripts, as the engine counts them) and under
-  ``plaintext``. The engine charges a broadcast to a round that communicates after it; O-pFGL's
-  pseudo-graph is consumed by the local phase, so its size (from the run report) is added here and shown
-  separately;
+  ``plaintext``. The download includes the pseudo-graph, which the engine charges to the local phase that
+  consumes it (its size is also shown separately);
 * **wall time** of the whole O-pFGL run under ``secagg`` and under ``plaintext`` (same seed, same process),
   split into client statistics, protocol ("crypto"), server step (pseudo-graph) and local stages.
 
@@ -37,10 +36,10 @@ from securefgl.engine.config import RunConfig
 from securefgl.engine.runner import run_seed
 
 
-def _per_client(res: Any, extra_down: int = 0) -> dict[str, float]:
+def _per_client(res: Any) -> dict[str, float]:
     cb = res.client_bytes()
     ups = [u for u, _ in cb.values()]
-    downs = [d + extra_down for _, d in cb.values()]
+    downs = [d for _, d in cb.values()]
     return {"up_mean": statistics.mean(ups), "up_max": max(ups), "down_mean": statistics.mean(downs)}
 
 
@@ -95,7 +94,7 @@ def main() -> None:
         wall = time.perf_counter() - t0
         pg = int(res.report.get("broadcast_bytes", 0))
         out[f"opfgl_{proto}"] = {
-            "bytes": _per_client(res, extra_down=pg),
+            "bytes": _per_client(res),
             "pseudo_graph_bytes": pg,
             "seconds": _phase_seconds(res),
             "wall": wall,

@@ -297,9 +297,17 @@ def _run(
 
     global_round = 0
     best: EvalRecord | None = None
+    delivered: Mapping[str, torch.Tensor] | None = None  # the broadcast the clients were last charged for
     for phase in phases:
         best = None
         if phase.kind == "local":
+            # A local phase starts from the server's latest broadcast (a final model, O-pFGL's pseudo-graph):
+            # every client downloads it once, even when no communicating round follows to carry the charge.
+            down: dict[int, int] = {}
+            size = broadcast_nbytes(broadcast)
+            if broadcast is not delivered and size:
+                down = dict.fromkeys((c.id for c in clients), size)
+                delivered = broadcast
             t0 = time.perf_counter()
             algorithm.personalize_clients(clients, broadcast, phase)
             rec = RoundRecord(
@@ -309,7 +317,7 @@ def _run(
                 [c.id for c in clients],
                 float("nan"),
                 {},
-                {},
+                down,
                 time.perf_counter() - t0,
                 0.0,
                 0.0,
@@ -341,6 +349,8 @@ def _run(
             )
             broadcast = rec.pop("broadcast")
             record: RoundRecord = rec["record"]
+            if any(record.bytes_down.values()):
+                delivered = rs.broadcast
             last = r == num_rounds - 1
             if phase.evaluate and ((r + 1) % train.eval_every == 0 or last):
                 ev = _evaluate(algorithm, clients, broadcast, rs, record, fg.num_classes, result)

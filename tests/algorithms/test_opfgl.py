@@ -562,6 +562,10 @@ def test_end_to_end_small_synthetic_graph_with_an_absent_class() -> None:
     up = res.rounds[0].bytes_up
     assert len(up) == fg.num_clients and all(v > 0 for v in up.values())
     assert res.report["broadcast_bytes"] > 0
+    # the pseudo-graph download is charged once to every client, by the local phase that consumes it
+    local = [r for r in res.rounds if r.phase != res.rounds[0].phase]
+    assert local and all(d >= res.report["broadcast_bytes"] for d in local[0].bytes_down.values())
+    assert sum(r.bytes_down.get(0, 0) for r in local) == local[0].bytes_down[0]
 
 
 def test_heterogeneous_client_models() -> None:
