@@ -207,7 +207,13 @@ def main() -> None:
         help="step-1 L2 weight decay ([C1] 5e-4 costs the FedAvg extractor ~4 points here; see the docstring)",
     )
     ap.add_argument("--optimizer-state", choices=["reset", "persistent"], default="reset")
-    ap.add_argument("--eval-every", type=int, default=10)
+    ap.add_argument(
+        "--eval-every",
+        type=int,
+        default=1,
+        help="evaluate step 1 every N rounds; step 2 starts from the best-validation evaluated round (default 1, "
+        "as the official code)",
+    )
     ap.add_argument(
         "--option",
         action="append",

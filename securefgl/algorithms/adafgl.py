@@ -16,8 +16,9 @@ only a numerator and a denominator, which the protocol sums:
 with :math:`n_i = |V_i|` (spec §7.6). The server sees :math:`U` only. This is the engine's FedAvg (schema,
 batched local training, server step) with the node-count weight of eq. (4).
 
-**Step 2** (§2.2, Alg. 2) runs on every client with the final broadcast :math:`\tilde W^{T+1}` and sends
-nothing (its transcript is empty):
+**Step 2** (§2.2, Alg. 2) runs on every client with the extractor :math:`\tilde W` (by default the evaluated
+round's global model with the best validation accuracy, as the official code keeps it; ``extractor="last"``:
+the final broadcast :math:`\tilde W^{T+1}`) and sends nothing (its transcript is empty):
 
 .. math::
     \hat P = \mathrm{softmax}(\mathrm{GCN}_{\tilde W^{T+1}}(X, A)), \quad
@@ -147,6 +148,10 @@ class AdaFGLOptions:
         lr: step-2 Adam learning rate (default: 0.01).
         weight_decay: step-2 Adam weight decay (default: 5e-4).
         selection: ``"best_val"`` (keep the best-validation epoch, [C1]) or ``"last"``.
+        extractor: the step-1 model step 2 starts from: ``"best_val"`` (the global model of the evaluated
+            round with the best node-weighted validation accuracy, as [C1] saves and reloads it; evaluate every
+            round, ``train.eval_every = 1``, to match it) or ``"last"`` (the final broadcast). Choosing the
+            round needs each evaluated round's validation accuracy, a sum of two counts per client.
         knowledge_preserving: ablation "w/o K.P." when False (drop eq. (8)).
         feature_embedding: ablation "w/o T.F." when False (drop :math:`H_f`).
         message_passing: ablation "w/o L.M." when False (drop :math:`H_m`).
@@ -185,6 +190,7 @@ class AdaFGLOptions:
     lr: float = 0.01
     weight_decay: float = 5e-4
     selection: Literal["best_val", "last"] = "best_val"
+    extractor: Literal["best_val", "last"] = "best_val"
     knowledge_preserving: bool = True
     feature_embedding: bool = True
     message_passing: bool = True
@@ -280,9 +286,12 @@ class AdaFGL(FedAvg):
     # ------------------------------------------------------------------ step 2 ----------------------------
 
     def personalize_clients(self, clients: Sequence[Client], broadcast: Broadcast, phase: Phase) -> None:
-        """Step 2 on every client with the final extractor :math:`\tilde W^{T+1}`; sends nothing."""
+        """Step 2 on every client with the chosen extractor (``options.extractor``); sends nothing."""
         if not clients:
             return
+        best = clients[0].state.get("adafgl_extractor")
+        if self.options.extractor == "best_val" and best is not None:
+            broadcast = best["params"]
         model = self.setting.make_model(generator=torch.Generator().manual_seed(0))  # structure only
         glob = {n: v.to(clients[0].device) for n, v in broadcast.items()}
         logits = predict_shared(model, glob, clients)
@@ -328,7 +337,9 @@ class AdaFGL(FedAvg):
     ) -> dict[int, torch.Tensor]:
         r"""Extractor scores during step 1; :math:`\log\hat Y` of the personalised model after step 2."""
         if rs.phase != STEP2:
-            return super().evaluate(clients, broadcast, rs)
+            scores = super().evaluate(clients, broadcast, rs)
+            self._remember_extractor(clients, broadcast, scores)
+            return scores
         out = {}
         for c in clients:
             st = c.state.get("adafgl")
@@ -338,6 +349,28 @@ class AdaFGL(FedAvg):
                 )
             out[c.id] = st["probs"].clamp_min(1e-12).log()
         return out
+
+    def _remember_extractor(
+        self, clients: Sequence[Client], broadcast: Broadcast, scores: dict[int, torch.Tensor]
+    ) -> None:
+        """Keep, on every client, the step-1 global model with the best node-weighted validation accuracy.
+
+        The accuracy is pooled over clients (a sum of two counts per client); the first round wins ties.
+        """
+        correct = total = 0
+        for c in clients:
+            mask = c.data.val_mask
+            correct += int((scores[c.id].argmax(1)[mask] == c.data.y[mask]).sum())
+            total += int(mask.sum())
+        if total == 0:
+            return
+        acc = correct / total  # the server would broadcast it; each client keeps its copy of the best model
+        kept = None
+        for c in clients:
+            st = c.state.setdefault("adafgl_extractor", {})
+            if "acc" not in st or acc > st["acc"]:
+                kept = kept or {n: v.detach().clone() for n, v in broadcast.items()}
+                st.update(acc=acc, params=kept)
 
     def client_report(self, client: Client) -> dict[str, Any]:
         """Client-side diagnostics (spec §6): homophily of the local graph and the client's HCS.

@@ -828,3 +828,43 @@ def test_client_report_has_homophily_and_hcs():
     ):
         assert key in rep
     assert 0.0 <= rep["hcs"] <= 1.0 and sum(rep["label_histogram"]) == clients[0].num_nodes
+
+
+@pytest.mark.parametrize("extractor", ["best_val", "last"])
+def test_step2_starts_from_the_chosen_extractor(monkeypatch, extractor: str) -> None:
+    """``extractor="best_val"``: step 2 gets the evaluated round with the best validation accuracy."""
+    import dataclasses
+
+    from securefgl.algorithms.adafgl import AdaFGL
+    from securefgl.engine.runner import run_seed
+
+    seen: list[tuple[float, dict]] = []
+    given: list[dict] = []
+    real_remember, real_personalize = AdaFGL._remember_extractor, AdaFGL.personalize_clients
+
+    def remember(self, clients, broadcast, scores):
+        real_remember(self, clients, broadcast, scores)
+        correct = sum(
+            int((scores[c.id].argmax(1)[c.data.val_mask] == c.data.y[c.data.val_mask]).sum()) for c in clients
+        )
+        seen.append((correct / sum(int(c.data.val_mask.sum()) for c in clients), dict(broadcast)))
+
+    def personalize(self, clients, broadcast, phase):
+        chosen = (
+            clients[0].state["adafgl_extractor"]["params"]
+            if self.options.extractor == "best_val"
+            else broadcast
+        )
+        given.append(chosen)
+        real_personalize(self, clients, broadcast, phase)
+
+    monkeypatch.setattr(AdaFGL, "_remember_extractor", remember)
+    monkeypatch.setattr(AdaFGL, "personalize_clients", personalize)
+    cfg = _run_config("plaintext", 6, {"epochs": 3, "hidden": 8, "extractor": extractor})
+    cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, eval_every=1))
+    run_seed(cfg, _fed_graph(), 0, torch.device("cpu"))
+    assert len(seen) == 6 and len(given) == 1
+    accs = [a for a, _ in seen]
+    first_best = accs.index(max(accs))
+    expected = seen[first_best][1] if extractor == "best_val" else seen[-1][1]
+    assert all(torch.equal(given[0][k], expected[k]) for k in expected)
