@@ -19,6 +19,11 @@ Usage (results go to ``--out``, default ``results/reproduce_fedlog``, which git 
     python examples/reproduce_fedlog.py claim --datasets Cora --clients 3 --seeds 0 1 2
     python examples/reproduce_fedlog.py table --datasets Cora --partitions louvain+ --protocols secagg plaintext
     python examples/reproduce_fedlog.py claim --rounds 20 --prompt-epochs 20 --prompt-inits 5   # a cheaper run
+    python examples/reproduce_fedlog.py table --classifier-mode released --partition-dir ref/ --seeds 0
+
+``--partition-dir`` reads O-pFGL's own partitions (rebuilt by ``examples/opfgl_reference_partition.py``), the
+ones the targets were measured on. Seed 0 under secagg there: Cora louvain+ 71.32, CiteSeer louvain+ 62.20,
+Cora metis+ 76.35, CiteSeer metis+ 64.78 (9 min per Cora run and 25 min per CiteSeer run on one CPU core).
 
 Torch runs single-threaded by default (``--threads``): on small graphs thread hand-off dominates.
 """
