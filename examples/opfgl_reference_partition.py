@@ -59,6 +59,17 @@ def partition_file(directory: Path, dataset: str, method: str) -> Path:
     return path
 
 
+def add_partition_dir_option(parser: argparse.ArgumentParser, what: str = "") -> None:
+    """``--partition-dir`` of the reproduction scripts: read the partitions this script writes."""
+    parser.add_argument(
+        "--partition-dir",
+        type=Path,
+        default=None,
+        help=f"{what}read each cell's partition and split from <dir>/<dataset>_<partition>.npz, O-pFGL's own "
+        "partitions rebuilt by examples/opfgl_reference_partition.py, instead of partitioning here",
+    )
+
+
 def export_graph(dataset: str, out_dir: Path, root: str | None) -> Path:
     """Write ``<dataset>_graph.npz``: undirected edges (u < v) in ``to_networkx`` insertion order, labels."""
     from securefgl.data import load_dataset

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from opfgl_reference_partition import partition_file
+from opfgl_reference_partition import add_partition_dir_option, partition_file
 from torch_geometric.data import Data
 
 from securefgl.algorithms.base import Client
@@ -269,13 +269,7 @@ def main() -> None:
     p.add_argument("--prompt-mode", default="paper", choices=["paper", "none"])
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--out", default="results/reproduce_fedlog")
-    p.add_argument(
-        "--partition-dir",
-        type=Path,
-        default=None,
-        help="table: read <dir>/<dataset>_<partition>.npz, O-pFGL's own partitions rebuilt by "
-        "examples/opfgl_reference_partition.py, instead of partitioning here",
-    )
+    add_partition_dir_option(p, "table: ")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     rows = claim(args) if args.experiment == "claim" else table(args)

@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from opfgl_reference_partition import partition_file
+from opfgl_reference_partition import add_partition_dir_option, partition_file
 
 from securefgl.algorithms.fedspray_presets import get_preset
 from securefgl.config import build, merge, parse_overrides
@@ -329,13 +329,7 @@ def main(argv: list[str] | None = None) -> None:
         "--opt", nargs="*", default=[], help="FedSpray option overrides on top of the preset, KEY=VALUE"
     )
     p.add_argument("--out", default="results/reproduce_fedspray")
-    p.add_argument(
-        "--partition-dir",
-        type=Path,
-        default=None,
-        help="table: read <dir>/<dataset>_<partition>.npz, O-pFGL's own partitions rebuilt by "
-        "examples/opfgl_reference_partition.py, instead of partitioning here",
-    )
+    add_partition_dir_option(p, "table: ")
     p.add_argument(
         "--select",
         nargs="+",

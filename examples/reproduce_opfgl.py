@@ -53,7 +53,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from opfgl_reference_partition import partition_file
+from opfgl_reference_partition import add_partition_dir_option, partition_file
 
 from securefgl.algorithms.opfgl_presets import preset_config
 from securefgl.config import merge
@@ -173,13 +173,7 @@ def main() -> None:
         default=None,
         help="partition seeds to run (default: the preset's, 42); other seeds show the partition's effect",
     )
-    ap.add_argument(
-        "--partition-dir",
-        type=Path,
-        default=None,
-        help="read each cell's partition and split from <dir>/<dataset>_<partition>.npz, the paper's own partitions "
-        "rebuilt by examples/opfgl_reference_partition.py, instead of partitioning here",
-    )
+    add_partition_dir_option(ap)
     args = ap.parse_args()
     if args.partition_dir and args.partition_seeds:
         ap.error("--partition-dir and --partition-seeds exclude each other")
