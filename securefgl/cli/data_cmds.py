@@ -277,11 +277,10 @@ def partition_command(
                 "seed": seed,
                 "split": _parse_split(split),
                 "cache": False if no_cache else None,
+                "params": params or None,  # with the method: a method may need a parameter (file: path)
             },
         }
         cfg, ignored = _resolve_config(config, set_ or [], flags)
-        if params:
-            cfg = build(DataConfig, merge(to_dict(cfg), {"partition": {"params": params}}))
         data = cfg.dataset.load()
         fg = cfg.partition.apply(data, root=cfg.dataset.root)
     except SecureFGLError as exc:
@@ -323,6 +322,8 @@ def partition_command(
     console = Console(width=160)
     p = cfg.partition
     split_txt = "public" if p.split == "public" else "/".join(f"{r:g}" for r in p.split)  # type: ignore[union-attr]
+    if fg.meta.get("split") == "file":
+        split_txt = "from the file"
     table = Table(
         title=f"{fg.name} · {p.method} · {fg.num_clients} clients · seed {p.seed} · split {split_txt} ({p.split_scope})"
     )

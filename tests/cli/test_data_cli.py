@@ -137,3 +137,17 @@ def test_partition_bad_input_exit_codes(tmp_path, args: list[str], code: int, ne
 def test_non_integer_seed_is_a_usage_error() -> None:
     result = runner.invoke(app, ["partition", "--seed", "1.5"])
     assert result.exit_code == 2 and "--seed" in result.output and "valid integer" in result.output
+
+
+def test_partition_from_a_file(data_root, tmp_path) -> None:
+    from securefgl.data import load_dataset, partition_graph
+    from securefgl.data.partition import save_partition
+
+    fg = partition_graph(load_dataset("Cora", data_root), "metis", 3, seed=1, cache=False)
+    path = save_partition(fg, tmp_path / "cora3.npz")
+    args = ["partition", "--dataset", "Cora", "--method", "file", "--clients", "3", "--param", f"path={path}"]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert "Cora · file · 3 clients" in res.output and "from the file" in res.output
+    missing = runner.invoke(app, [*args[:-1], f"path={tmp_path / 'absent.npz'}"])
+    assert missing.exit_code == 2 and "does not exist" in missing.output
