@@ -49,14 +49,20 @@ SPLIT = (0.2, 0.4)
 SEED = 42
 
 
-def partition_file(directory: Path, dataset: str, method: str) -> Path:
-    """``<directory>/<dataset>_<method>.npz``, the name this script writes; exits with the command if it is missing."""
-    path = Path(directory) / f"{dataset}_{method}.npz"
-    if not path.is_file():
+def partition_file(
+    directory: Path, dataset: str, method: str, *, maker: str = "opfgl_reference_partition"
+) -> Path:
+    """``<directory>/<dataset>_<method>.npz`` (the dataset's case does not matter); exits with the command if missing.
+
+    ``maker`` names the script that writes such files, for the message.
+    """
+    name = f"{dataset}_{method}.npz".lower()
+    found = [f for f in sorted(Path(directory).glob("*.npz")) if f.name.lower() == name]
+    if not found:
         raise SystemExit(
-            f"{path} does not exist; make it with examples/opfgl_reference_partition.py (export, then partition)"
+            f"no {name} in {directory}; make it with examples/{maker}.py (export, then partition)"
         )
-    return path
+    return found[0]
 
 
 def add_partition_dir_option(parser: argparse.ArgumentParser, what: str = "") -> None:

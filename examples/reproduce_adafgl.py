@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from opfgl_reference_partition import partition_file
 
 from securefgl.algorithms._adafgl_local import client_homophily_report
 from securefgl.algorithms._adafgl_topology import adjacency, homophily_confidence_score
@@ -274,13 +275,7 @@ def main() -> None:
         for split in args.splits:
             t0 = time.perf_counter()
             if args.partition_dir is not None:
-                name = f"{dataset}_{split}.npz".lower()  # the dataset's case does not matter
-                found = [f for f in sorted(args.partition_dir.glob("*.npz")) if f.name.lower() == name]
-                if not found:
-                    raise SystemExit(
-                        f"no {name} in {args.partition_dir}; make it with examples/adafgl_reference_partition.py"
-                    )
-                ref = found[0]
+                ref = partition_file(args.partition_dir, dataset, split, maker="adafgl_reference_partition")
                 fg = partition_graph(data, "file", args.clients, path=str(ref))
             else:
                 fg = partition_graph(
