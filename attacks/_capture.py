@@ -195,7 +195,15 @@ def capture_run(
             if protocol is not None:
                 protocol.set_round(phase.name, broadcast, [q.key for q in algorithm.requests(rs)])
             rec = _round(
-                algorithm, protocol, server, [clients[i] for i in invited], clients, rs, config, sampling_rng
+                algorithm,
+                protocol,
+                server,
+                [clients[i] for i in invited],
+                clients,
+                rs,
+                config,
+                sampling_rng,
+                seed,
             )
             broadcast = rec.pop("broadcast")
             last_rs = rs

@@ -653,6 +653,49 @@ class SumSchema:
             clips[spec.name] = n_clip
         return parts, clips
 
+    def round_to_grid(
+        self, contribution: Mapping[str, Any], rng: np.random.Generator, *, skip_dp: bool = False
+    ) -> dict[str, Any]:
+        """Round the real blocks of a contribution onto this schema's fixed-point grid, on the client.
+
+        Unbiased stochastic rounding to the step :math:`\\Delta_b` of each real block, drawn from ``rng``
+        (a seeded client stream, so a run is reproducible). On-grid values are encoded exactly by every
+        fixed-point protocol (the protocol's own rounding has nothing left to do) and their sum is exact
+        in float64, so plaintext and secure aggregation release bit-identical sums of the rounded
+        contribution, and a multi-round run does not depend on the protocol. Rounding is not a privacy
+        mechanism: the released sum is at most as informative as the exact sum.
+
+        Args:
+            contribution: block name -> tensor/array (validated later by the protocol: unknown names,
+                wrong shapes and non-finite values pass through untouched, to be rejected there).
+            rng: the client's rounding generator.
+            skip_dp: leave DP blocks to the protocol (a ``+dp`` protocol clips and noises them first).
+
+        Returns:
+            A new mapping: rounded real blocks as CPU ``float64`` tensors, every other entry as given.
+            In-bound values stay in bound (clamped to the largest on-grid magnitude :math:`\\le B`);
+            out-of-bound values are left as they are for the protocol to clip and count, so they are
+            exact too when :math:`B` is on the grid (any integer bound is).
+        """
+        out = dict(contribution)
+        for spec in self.blocks:
+            if spec.kind != "real" or (skip_dp and spec.dp) or spec.name not in out:
+                continue
+            arr = _to_numpy(spec.name, out[spec.name])
+            if arr.dtype.kind != "f" or not np.isfinite(arr).all():
+                continue
+            x = arr.astype(np.float64).reshape(-1)
+            y = x * self.scales[spec.name]  # exact: power of two
+            fl = np.floor(y)
+            fl += rng.random(y.shape[0]) < (y - fl)
+            top = math.floor(spec.bound * self.scales[spec.name])  # the largest on-grid magnitude <= B
+            np.clip(fl, -top, top, out=fl)
+            fl *= self.steps[spec.name]
+            outside = np.abs(x) > spec.bound
+            fl[outside] = x[outside]
+            out[spec.name] = torch.from_numpy(fl.reshape(arr.shape))
+        return out
+
     def validate(self, contribution: Mapping[str, Any]) -> dict[str, int]:
         """Check a contribution against the schema (names, shapes, dtypes, finiteness, bounds).
 

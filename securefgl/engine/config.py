@@ -133,11 +133,19 @@ class ProtocolConfig:
         name: ``plaintext``, ``secagg``, ``secagg+``, ``ckks``, or any with ``+dp``. (default: ``"secagg"``)
         dropout: Fraction of each round's clients that drop out at a random protocol phase. (default: 0)
         options: Constructor options of the protocol (see its docstring). (default: ``{}``)
+        grid_upload: Each client rounds the real blocks of its upload onto the sum's public fixed-point
+            grid itself (unbiased stochastic rounding from a seeded stream of its own), so every
+            protocol encodes it exactly and releases the same sum to the bit: a run under ``plaintext``
+            and under ``secagg`` then gives identical numbers. ``False`` sums the raw floats in
+            plaintext and leaves the rounding to each secure protocol (OS-seeded, so a secure run is
+            not reproducible to the bit). DP blocks of a ``+dp`` protocol are never pre-rounded.
+            (default: ``True``)
     """
 
     name: str = "secagg"
     dropout: float = 0.0
     options: dict[str, Any] = field(default_factory=dict)
+    grid_upload: bool = True
 
     def __post_init__(self) -> None:
         from securefgl.protocols.registry import available_protocols, normalize_protocol_name
@@ -150,6 +158,8 @@ class ProtocolConfig:
         object.__setattr__(self, "name", name)
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"protocol.dropout must be in [0, 1), got {self.dropout}")
+        if not isinstance(self.grid_upload, bool):
+            raise ConfigError(f"protocol.grid_upload must be true or false, got {self.grid_upload!r}")
 
 
 @dataclass(frozen=True)

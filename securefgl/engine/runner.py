@@ -226,6 +226,16 @@ def _check_finite_upload(cid: int, contribution: Mapping[str, Any], phase: str, 
             )
 
 
+def grid_rng(seed: int, global_round: int, client: int, key: str) -> np.random.Generator:
+    """The client's stream for rounding its upload onto the sum's grid (``protocol.grid_upload``).
+
+    Its own stream, so rounding consumes nothing from the training generators; a function of the seed,
+    the round, the client and the request only, so every protocol sees the same rounded upload.
+    """
+    tag = int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big")
+    return np.random.default_rng(np.random.SeedSequence([seed, 0x6121D, global_round, client, tag]))
+
+
 def _contribution(out: Any, key: str, single: bool, cid: int) -> Mapping[str, Any]:
     if out is None:
         raise TrainingError(f"client {cid} produced no contribution for sum {key!r}")
@@ -345,7 +355,15 @@ def _run(
                 invited = list(range(k_all))
             rs = RoundState(phase.name, r, global_round, tuple(invited), broadcast, num_rounds)
             rec = _round(
-                algorithm, protocol, server, [clients[i] for i in invited], clients, rs, config, sampling_rng
+                algorithm,
+                protocol,
+                server,
+                [clients[i] for i in invited],
+                clients,
+                rs,
+                config,
+                sampling_rng,
+                seed,
             )
             broadcast = rec.pop("broadcast")
             record: RoundRecord = rec["record"]
@@ -416,6 +434,7 @@ def _round(
     rs: RoundState,
     config: RunConfig,
     rng: np.random.Generator,
+    seed: int,
 ) -> dict[str, Any]:
     requests = list(algorithm.requests(rs))
     communicates = bool(requests)
@@ -456,6 +475,12 @@ def _round(
             for cid in participants:
                 contrib = _contribution(outs.get(cid), req.key, single, cid)
                 _check_finite_upload(cid, contrib, rs.phase, rs.round)
+                if config.protocol.grid_upload:
+                    contrib = req.schema.round_to_grid(
+                        contrib,
+                        grid_rng(seed, rs.global_round, cid, req.key),
+                        skip_dp=config.protocol.name.endswith("+dp"),
+                    )
                 contribs[cid] = contrib
             sub_plan = None
             if plan is not None:

@@ -56,10 +56,25 @@ def test_results_folder(tmp_path):
     assert res.seeds[0].summary()["test_acc"] != res.seeds[1].summary()["test_acc"] or std == 0.0
 
 
-def test_secagg_matches_plaintext():
-    """FedAvg under SecAgg gives the plaintext accuracy (same seed) within quantisation error: <= 0.2 points."""
-    plain = securefgl.run(small(), train={"rounds": 6})
-    secure = securefgl.run(small(), protocol={"name": "secagg"}, train={"rounds": 6})
+def test_grid_upload_makes_every_protocol_give_the_same_run():
+    """Uploads rounded onto the grid by the clients: plaintext, SecAgg and SecAgg+ runs agree to the bit."""
+    runs = {
+        p: securefgl.run(small(), protocol={"name": p}, train={"rounds": 4}).seeds[0]
+        for p in ("plaintext", "secagg", "secagg+")
+    }
+    ref = runs["plaintext"]
+    for name, other in runs.items():
+        assert [r.loss for r in other.rounds] == [r.loss for r in ref.rounds], name
+        assert [r.metrics for r in other.rounds] == [r.metrics for r in ref.rounds], name
+    assert len({r.loss for r in ref.rounds}) > 1  # it trained
+
+
+def test_secagg_matches_plaintext_without_grid_upload():
+    """Left to the protocol's own (OS-seeded) rounding, SecAgg still gives the plaintext accuracy within
+    quantisation error: <= 0.2 points."""
+    no_grid = {"grid_upload": False}
+    plain = securefgl.run(small(), protocol=no_grid, train={"rounds": 6})
+    secure = securefgl.run(small(), protocol={"name": "secagg", **no_grid}, train={"rounds": 6})
     for a, b in zip(plain.seeds[0].rounds, secure.seeds[0].rounds, strict=True):
         assert abs(a.metrics["val_acc"] - b.metrics["val_acc"]) <= 0.002
         assert abs(a.metrics["test_acc"] - b.metrics["test_acc"]) <= 0.002

@@ -442,6 +442,56 @@ def test_stochastic_rounding_is_unbiased_and_uses_the_generator() -> None:
         s.encode(contrib, rng=np.random.RandomState(0))  # type: ignore[arg-type]
 
 
+@given(schema=schemas(), seed=st.integers(0, 2**32 - 1), data=st.data())
+@HSETTINGS
+def test_round_to_grid_makes_the_ring_sum_equal_the_float_sum(
+    schema: SumSchema, seed: int, data: st.DataObject
+) -> None:
+    """Grid-rounded uploads encode exactly, whatever the encoder's generator: ring sum == float64 sum."""
+    rng = np.random.default_rng(seed)
+    n = data.draw(st.integers(1, schema.max_clients))
+    contribs = [schema.round_to_grid(random_contribution(schema, rng), rng) for _ in range(n)]
+    for c in contribs:
+        for b in schema.blocks:
+            if b.kind == "real":
+                v = c[b.name].numpy() * schema.scales[b.name]
+                np.testing.assert_array_equal(v, np.round(v))
+    encs = [schema.encode(c, np.random.default_rng(seed + 1 + i)) for i, c in enumerate(contribs)]
+    dec = schema.decode(ring_sum([e.data for e in encs], schema.ring_bits), n)
+    ref = np.sum([schema.pack(c)[0] for c in contribs], axis=0)
+    for b in schema.blocks:
+        want = torch.from_numpy(ref[schema.slices[b.name]].reshape(b.shape)).to(b.out_dtype)
+        assert torch.equal(dec[b.name], want), b.name
+
+
+def test_round_to_grid_is_unbiased_seeded_and_leaves_other_blocks() -> None:
+    step = 2.0**-10
+    s = SumSchema(
+        [
+            BlockSpec("x", (100_000,), dtype=torch.float64, bound=8.0),
+            BlockSpec("d", (3,), bound=8.0, dp=True),
+            BlockSpec("n", (2,), kind="count", bound=9),
+        ],
+        max_clients=2,
+        precision=step,
+    )
+    value = 5.3 * step
+    contrib = {"x": torch.full((100_000,), value), "d": np.array([0.1, 0.2, 0.3]), "n": np.array([1, 2])}
+    out = s.round_to_grid(contrib, np.random.default_rng(1))
+    x = out["x"].numpy()
+    assert out["x"].dtype == torch.float64 and set(np.unique(x)) == {5 * step, 6 * step}
+    assert abs(x.mean() - float(np.float32(value))) < 5 * step * math.sqrt(0.21 / 100_000)
+    again = s.round_to_grid(contrib, np.random.default_rng(1))
+    assert torch.equal(out["x"], again["x"])
+    assert torch.equal(s.round_to_grid(out, np.random.default_rng(2))["x"], out["x"])  # idempotent
+    assert out["n"] is contrib["n"] and not isinstance(out["d"], np.ndarray)
+    kept = s.round_to_grid(contrib, np.random.default_rng(1), skip_dp=True)
+    assert kept["d"] is contrib["d"]
+    bad = {"x": torch.full((100_000,), float("nan")), "d": contrib["d"], "n": contrib["n"]}
+    with pytest.raises(EncodingError, match="non-finite"):
+        s.encode(s.round_to_grid(bad, np.random.default_rng(0)))
+
+
 def test_negative_values_and_values_on_the_grid_are_exact() -> None:
     s = SumSchema([BlockSpec("x", (5,), bound=4.0, dtype=torch.float64)], max_clients=3, precision=2**-8)
     x = np.array([-4.0, -1.5, 0.0, 0.25, 4.0])
