@@ -25,7 +25,11 @@ draw. This script replays the reference pipeline step by step, with its own code
 
 A duplicated node has two local copies in the reference; the later copy carries the edges (the local index
 map keeps the last occurrence), the earlier one is an isolated copy with its own split role. The file written
-here keeps one copy, the later one, and its role; ``partition`` prints how many nodes were duplicated.
+here keeps one copy, the later one, and its role; ``partition`` prints how many nodes were duplicated and stores
+the reference's per-client node counts with duplicates (``reference_local_nodes``). The reference's global
+accuracy weights each client's accuracy by that count over the true number of nodes, so the weights sum to more
+than 1 when nodes are duplicated (Chameleon: 2491 / 2277 = 1.094) and the published figure is inflated by that
+factor; ``reproduce_adafgl.py --partition-dir`` prints that figure beside the true accuracy.
 
 Three steps, because the replay needs python-louvain, which securefgl does not depend on::
 
@@ -314,7 +318,11 @@ def main() -> None:
         args.graph, args.clients, args.seed, tuple(args.split[:2]), args.triangle
     )
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    np.savez(args.out, **arrays)
+    # The reference's per-client node counts (duplicates counted): its evaluation weights clients by them
+    # over the true node count; reproduce_adafgl.py --partition-dir reports that figure next to ours.
+    np.savez(
+        args.out, **arrays, reference_local_nodes=np.asarray(report["sizes_with_duplicates"], dtype=np.int64)
+    )
     owner, y = arrays["node_owner"], np.load(args.graph)["y"]
     print(
         f"{report['communities']} Louvain communities; {report['forced']} forced (duplicated) chunks, "

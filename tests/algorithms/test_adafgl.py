@@ -653,6 +653,20 @@ def test_step1_secagg_equals_plaintext_up_to_quantisation():
     assert any(not torch.equal(plain[k], sec[k]) for k in plain)
 
 
+def test_secagg_and_plaintext_runs_are_identical():
+    """Uploads rounded onto the grid by the clients (protocol.grid_upload): step 1, the extractor chosen by
+    validation and so step 2 agree to the bit under plaintext and SecAgg."""
+    from securefgl.engine.runner import run_seed
+
+    fg = _fed_graph()
+    opts = {"epochs": 3, "hidden": 8}
+    plain = run_seed(_run_config("plaintext", 3, opts), fg, 0, torch.device("cpu"))
+    sec = run_seed(_run_config("secagg", 3, opts), fg, 0, torch.device("cpu"))
+    assert [r.loss for r in plain.rounds] == [r.loss for r in sec.rounds]
+    assert plain.final.phase == sec.final.phase == "personalize"
+    assert plain.final.overall == sec.final.overall
+
+
 def test_step2_sends_nothing(monkeypatch):
     import securefgl.protocols.registry as preg
     from securefgl.algorithms.adafgl import AdaFGL

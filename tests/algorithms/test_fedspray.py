@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 
@@ -480,7 +481,7 @@ def test_presets_are_valid_run_configs():
 def test_end_to_end_on_a_synthetic_graph_through_the_engine():
     from securefgl.config import build
     from securefgl.data import make_csbm, partition_graph
-    from securefgl.engine.config import RunConfig
+    from securefgl.engine.config import ProtocolConfig, RunConfig
     from securefgl.engine.runner import run_seed
 
     data = make_csbm(num_nodes=400, num_classes=3, avg_degree=6.0, homophily=0.8, num_features=24, seed=0)
@@ -505,6 +506,12 @@ def test_end_to_end_on_a_synthetic_graph_through_the_engine():
     assert all(r.crypto_seconds > 0 and r.total_up > 0 for r in res.rounds)
     rows = [c.row() for c in res.final.per_client]
     assert all("test_minority_acc" in r for r in rows)
+    # uploads rounded onto the grid by the clients (protocol.grid_upload): the plaintext run is identical
+    plain = run_seed(
+        dataclasses.replace(cfg, protocol=ProtocolConfig("plaintext")), fg, 0, torch.device("cpu")
+    )
+    assert [r.loss for r in plain.rounds] == [r.loss for r in res.rounds]
+    assert plain.final.overall == res.final.overall
 
 
 @pytest.mark.parametrize("sparse", [True, False])
