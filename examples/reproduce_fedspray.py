@@ -24,8 +24,9 @@ Usage (results go to ``--out``, default ``results/reproduce_fedspray``, which gi
 
 ``--partition-dir`` reads the partitions the targets were measured on, rebuilt by
 ``examples/opfgl_reference_partition.py``. There (secagg, 3 seeds, lowest-validation-loss round) Cora louvain+
-gives 70.98 (target 70.08), CiteSeer louvain+ 65.73 (68.31), Cora metis+ 71.68 (74.31), CiteSeer metis+ 66.65
-(66.40); plaintext is within 0.22 of secagg.
+gives 70.81 (target 70.08), CiteSeer louvain+ 65.88 (68.31), Cora metis+ 72.88 (74.31), CiteSeer metis+ 66.34
+(66.40); plaintext gives the same numbers to the bit (the clients round their uploads onto the grid,
+``protocol.grid_upload``).
 
 FedSpray runs with the ``fedspray-code`` preset (the official code's behaviour, which produced the published
 numbers) unless ``--preset fedspray-paper`` is given; ``--rounds`` overrides the preset's rounds.
