@@ -684,15 +684,17 @@ class SumSchema:
             arr = _to_numpy(spec.name, out[spec.name])
             if arr.dtype.kind != "f" or not np.isfinite(arr).all():
                 continue
-            x = arr.astype(np.float64).reshape(-1)
+            x = arr.reshape(-1).astype(np.float64)
             y = x * self.scales[spec.name]  # exact: power of two
             fl = np.floor(y)
-            fl += rng.random(y.shape[0]) < (y - fl)
+            y -= fl
+            fl += rng.random(y.shape[0]) < y
             top = math.floor(spec.bound * self.scales[spec.name])  # the largest on-grid magnitude <= B
             np.clip(fl, -top, top, out=fl)
             fl *= self.steps[spec.name]
-            outside = np.abs(x) > spec.bound
-            fl[outside] = x[outside]
+            outside = np.flatnonzero(np.abs(x) > spec.bound)
+            if outside.size:
+                fl[outside] = x[outside]
             out[spec.name] = torch.from_numpy(fl.reshape(arr.shape))
         return out
 
