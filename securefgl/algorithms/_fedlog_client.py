@@ -1,7 +1,7 @@
 r"""FedLoG's client side: local fitting, local generalisation, prompt-generator pretraining, evaluation.
 
 Internal module of :mod:`securefgl.algorithms.fedlog` (spec ``shared/specs/fedlog.md`` §2.1, §2.3, §2.4,
-§2.7). Everything here runs on one client's own data and the public broadcast; nothing reads another
+§2.5, §2.7). Everything here runs on one client's own data and the public broadcast; nothing reads another
 client's state.
 """
 
@@ -13,11 +13,19 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
 from securefgl.algorithms._fedlog_model import FedLoGNet, PromptGenerator, degree_alpha, neighbour_mean
+from securefgl.nn._functional import init_parameters
 
-__all__ = ["eval_counters", "local_epoch", "mixed_logp", "pretrain_prompt", "synthetic_graph"]
+__all__ = [
+    "eval_counters",
+    "local_epoch",
+    "mixed_logp",
+    "pretrain_prompt",
+    "synthetic_graph",
+    "warmup_embedder",
+]
 
 
 def mixed_logp(logp_h: Tensor, logp_t: Tensor, alpha: Tensor) -> Tensor:
@@ -52,6 +60,14 @@ def synthetic_graph(
     return torch.cat([xhat, prompts]), ei, s
 
 
+def _batches(train_idx: Tensor, batch_size: int, generator: torch.Generator) -> list[Tensor]:
+    """One epoch's mini-batches (spec §2.7): a permutation from ``generator`` (CPU) cut into
+    ``max(n // batch_size, 1)`` batches; the last ``n mod batch_size`` nodes are dropped, as in the code."""
+    n = int(train_idx.numel())
+    perm = train_idx[torch.randperm(n, generator=generator, device="cpu").to(train_idx.device)]
+    return [perm[s * batch_size : (s + 1) * batch_size] for s in range(max(n // batch_size, 1))]
+
+
 def local_epoch(
     net: FedLoGNet,
     xh: Tensor,
@@ -80,14 +96,11 @@ def local_epoch(
         return float("nan")
     opt = torch.optim.Adam(net.parameters(), lr=opts.lr, weight_decay=opts.weight_decay)
     opt_x = torch.optim.Adam([xh, xt], lr=opts.lr)
-    steps = max(n_train // opts.batch_size, 1)
-    perm = train_idx[torch.randperm(n_train, generator=generator, device="cpu").to(train_idx.device)]
     sx = sei = None
     n_syn = 0
     net.train()
     losses = []
-    for step in range(steps):
-        batch = perm[step * opts.batch_size : (step + 1) * opts.batch_size]
+    for batch in _batches(train_idx, opts.batch_size, generator):
         lh, lt = net.branch_logp(data.x, data.edge_index, xh, xt, num_classes, dropout_gen, batch)
         a = alpha[batch]
         yy = data.y[batch].unsqueeze(1)
@@ -115,6 +128,74 @@ def local_epoch(
                     lam[c] += opts.lambda_step if acc > opts.lambda_threshold else -opts.lambda_step
                 lam.clamp_(0.0, 1.0)
     return sum(losses) / len(losses)
+
+
+def warmup_embedder(
+    net: FedLoGNet,
+    data: Any,
+    num_classes: int,
+    epochs: int,
+    lr: float,
+    weight_decay: float,
+    batch_size: int,
+    patience: int,
+    generator: torch.Generator,
+    dropout_gen: torch.Generator | None = None,
+) -> int:
+    r"""Round-0 cross-entropy warm-up of the embedder :math:`f_E` (spec §2.5; in the code, not the paper).
+
+    Trains ``net.conv1``/``net.conv2`` plus a fresh ``Linear(out_dim, C)`` head on the client's train nodes:
+    Adam (``lr``, ``weight_decay``), the mini-batches of :func:`local_epoch`, up to ``epochs`` epochs. After
+    each epoch the validation accuracy is measured; training stops after ``patience`` epochs without a strict
+    improvement and the best-validation embedder weights are restored. The official code early-stops on
+    *test* accuracy, a leak; this uses the client's val nodes. Without val nodes all ``epochs`` run and the
+    last weights are kept. The head is then discarded: the official code averages it on the server but never
+    uses it, so it is neither uploaded nor averaged here. The branches and synthetic nodes are untouched.
+
+    Args:
+        generator: CPU generator of the head initialisation and the batch permutations.
+        dropout_gen: Generator of the embedder's dropout masks, on the data's device. (default: ``generator``)
+
+    Returns:
+        The number of epochs run (0 for a client without training nodes, which is left unchanged).
+    """
+    train_idx = data.train_mask.nonzero().squeeze(1)
+    if epochs == 0 or train_idx.numel() == 0:
+        return 0
+    drop = generator if dropout_gen is None else dropout_gen
+    embedder = nn.ModuleList([net.conv1, net.conv2])
+    head = nn.Linear(net.conv2.out_channels, num_classes)
+    init_parameters(head, generator)
+    head = head.to(data.x.device)
+    opt = torch.optim.Adam([*embedder.parameters(), *head.parameters()], lr=lr, weight_decay=weight_decay)
+    x, ei, y, val = data.x, data.edge_index, data.y, data.val_mask
+    has_val = bool(val.any())
+    was_training = net.training
+    best_acc, best_state, since_best, run = -1.0, None, 0, 0
+    for _ in range(epochs):
+        net.train()
+        for batch in _batches(train_idx, batch_size, generator):
+            loss = F.cross_entropy(head(net.embed(x, ei, drop)[batch]), y[batch])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        run += 1
+        if not has_val:
+            continue
+        net.eval()
+        with torch.no_grad():
+            acc = float((head(net.embed(x, ei)[val]).argmax(-1) == y[val]).float().mean())
+        if acc > best_acc:
+            best_acc, since_best = acc, 0
+            best_state = {k: v.detach().clone() for k, v in embedder.state_dict().items()}
+        else:
+            since_best += 1
+            if since_best >= patience:
+                break
+    if best_state is not None:
+        embedder.load_state_dict(best_state)
+    net.train(was_training)
+    return run
 
 
 def pretrain_prompt(

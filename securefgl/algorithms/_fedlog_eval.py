@@ -24,7 +24,7 @@ from torch_geometric.utils import k_hop_subgraph, subgraph
 
 from securefgl.errors import ConfigError
 
-__all__ = ["attach_generalization_sets"]
+__all__ = ["attach_generalization_sets", "best_round"]
 
 
 def attach_generalization_sets(fg: Any, hops: int = 2) -> Any:
@@ -84,3 +84,18 @@ def attach_generalization_sets(fg: Any, hops: int = 2) -> Any:
         "new_client": int(fg.held_out.num_nodes) if fg.held_out is not None else 0,
     }
     return out
+
+
+def best_round(history: list[dict[str, Any]], key: str = "seen_val") -> dict[str, Any] | None:
+    """The record with the best pooled Seen-Graph validation accuracy (spec §2.7); later rounds win ties.
+
+    FedLoG selects its reported round this way, and the claim comparison applies the same rule to the
+    baselines so that every method is scored at a round chosen identically. Records whose ``key`` is
+    ``None`` (no validation node anywhere) are skipped; ``None`` when no record has one.
+    """
+    best = None
+    for rec in history:
+        v = rec.get(key)
+        if v is not None and (best is None or v >= best[key]):
+            best = rec
+    return best

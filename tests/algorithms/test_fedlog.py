@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
+import securefgl.algorithms._fedlog_client as fedlog_client
 import securefgl.algorithms.fedlog as fedlog_mod
+from securefgl.algorithms._fedlog_client import warmup_embedder
+from securefgl.algorithms._fedlog_model import FedLoGNet, init_fedlog
 from securefgl.algorithms.base import Client, RoundState, Setting
 from securefgl.algorithms.fedlog import FedLoG, attach_generalization_sets
 from securefgl.config import build
@@ -15,6 +20,7 @@ from securefgl.data import make_csbm, partition_graph
 from securefgl.engine.config import RunConfig, TrainConfig
 from securefgl.engine.runner import run_seed
 from securefgl.errors import ConfigError
+from securefgl.nn._functional import init_parameters
 from securefgl.nn.registry import ModelSpec
 from securefgl.protocols.registry import get_protocol
 
@@ -275,8 +281,9 @@ def test_class_absent_everywhere_gets_no_synthetic_nodes() -> None:
 
 
 def test_client_with_a_single_class_and_huge_threshold() -> None:
-    fg = _graph(missing=[[1, 2, 3], [], []])
-    assert torch.unique(fg.clients[0].y).tolist() == [0]
+    present = torch.unique(_graph(missing=[[], [], []]).clients[0].y).tolist()  # all but one class missing
+    fg = _graph(missing=[present[1:], [], []])
+    assert torch.unique(fg.clients[0].y).tolist() == present[:1]
     res = _run(fg, rounds=2, tau=1000.0)
     rep = res.report["fedlog"]
     assert all(math.isfinite(r.loss) for r in res.rounds)
@@ -313,6 +320,110 @@ def test_generalization_sets_masks() -> None:
 def test_bad_options_are_rejected(key, value) -> None:
     with pytest.raises(ConfigError, match=key):
         FedLoG(_setting(), {key: value})
+
+
+def _warm_net(fg, seed: int = 0) -> FedLoGNet:
+    net = FedLoGNet(fg.num_features, TINY["hidden"], TINY["out_dim"])
+    return init_fedlog(net, torch.Generator().manual_seed(seed))
+
+
+def _warm(net, data, epochs: int = 30, patience: int = 10, seed: int = 0) -> int:
+    gen = torch.Generator().manual_seed(seed)
+    return warmup_embedder(net, data, int(data.y.max()) + 1, epochs, 1e-2, 5e-4, 16, patience, gen)
+
+
+def _head_ce(net, head, data) -> float:
+    """Train cross-entropy of the warm-up objective (embedder + linear head, eval mode)."""
+    net.eval()
+    with torch.no_grad():
+        logits = head(net.embed(data.x, data.edge_index))[data.train_mask]
+        return float(F.cross_entropy(logits, data.y[data.train_mask]))
+
+
+def test_warmup_trains_the_embedder_only_and_lowers_train_ce(monkeypatch) -> None:
+    heads = []
+
+    def spy(module, generator):  # the warm-up's throw-away head, and its initial weights
+        init_parameters(module, generator)
+        heads.append((module, copy.deepcopy(module)))
+
+    monkeypatch.setattr(fedlog_client, "init_parameters", spy)
+    fg = _graph()
+    data = fg.clients[0]
+    cold = _warm_net(fg)
+    net = copy.deepcopy(cold)
+    run = _warm(net, data)
+    assert 1 <= run <= 30
+    before, after = cold.state_dict(), net.state_dict()
+    for name in before:
+        same = torch.equal(before[name], after[name])
+        assert same != name.startswith(("conv1.", "conv2.")), name  # the embedder moved, the branches did not
+    assert all(torch.isfinite(v).all() for v in after.values())
+    (head, head0), *_ = heads
+    assert _head_ce(net, head, data) < 0.5 * _head_ce(cold, head0, data)
+    # same generator seed, same result; another seed, another result
+    again = copy.deepcopy(cold)
+    assert _warm(again, data) == run
+    assert all(torch.equal(after[k], v) for k, v in again.state_dict().items())
+    other = copy.deepcopy(cold)
+    _warm(other, data, seed=1)
+    assert not torch.equal(other.conv1.lin_l.weight, net.conv1.lin_l.weight)
+
+
+def test_warmup_early_stops_on_validation_not_test() -> None:
+    fg = _graph()
+    data = fg.clients[0]
+    net = _warm_net(fg)
+    run = _warm(net, data, epochs=200, patience=1)
+    assert 2 <= run < 200
+    # the test nodes play no part: hiding them changes nothing
+    no_test = copy.copy(data)
+    no_test.test_mask = torch.zeros_like(data.test_mask)
+    net2 = _warm_net(fg)
+    assert _warm(net2, no_test, epochs=200, patience=1) == run
+    assert all(torch.equal(a, b) for a, b in zip(net.parameters(), net2.parameters(), strict=True))
+    # without val nodes there is no early stopping: every epoch runs
+    no_val = copy.copy(data)
+    no_val.val_mask = torch.zeros_like(data.val_mask)
+    assert _warm(_warm_net(fg), no_val, epochs=run + 3, patience=1) == run + 3
+
+
+def test_warmup_without_train_or_val_nodes() -> None:
+    fg = _graph()
+    data = fg.clients[1]
+    no_train = copy.copy(data)
+    no_train.train_mask = torch.zeros_like(data.train_mask)
+    net = _warm_net(fg)
+    before = copy.deepcopy(net.state_dict())
+    assert _warm(net, no_train) == 0
+    assert all(torch.equal(before[k], v) for k, v in net.state_dict().items())
+    no_val = copy.copy(data)
+    no_val.val_mask = torch.zeros_like(data.val_mask)
+    assert _warm(net, no_val, epochs=4) == 4
+    assert all(torch.isfinite(v).all() for v in net.state_dict().values())
+    assert _warm(net, no_val, epochs=0) == 0
+
+
+@pytest.mark.parametrize(("key", "value"), [("warmup_epochs", -1), ("warmup_patience", 0)])
+def test_bad_warmup_options_name_the_value(key, value) -> None:
+    with pytest.raises(ConfigError, match=f"{key}={value}"):
+        FedLoG(_setting(), {key: value})
+    assert FedLoG.Options().warmup_epochs == 0  # off by default: a code-only step
+
+
+def test_end_to_end_with_warmup_is_deterministic_and_finite() -> None:
+    fg = _graph(seed=2)
+    a = _run(fg, rounds=2, prompt_mode="none", warmup_epochs=5)
+    b = _run(fg, rounds=2, prompt_mode="none", warmup_epochs=5)
+    off = _run(fg, rounds=2, prompt_mode="none")
+    ha, hb = a.report["fedlog"]["history"], b.report["fedlog"]["history"]
+    assert ha == hb and [r.loss for r in a.rounds] == [r.loss for r in b.rounds]
+    assert all(math.isfinite(r.loss) for r in a.rounds)
+    for key in ("seen_val", "seen_test", "unseen_node", "missing_class", "new_client"):
+        v = ha[-1][key]
+        assert v is not None and math.isfinite(v) and 0 <= v <= 1, (key, v)
+    assert math.isfinite(a.final.overall["val_acc"])
+    assert a.rounds[0].loss != off.rounds[0].loss  # the warm-up ran in round 0
 
 
 def test_registered() -> None:

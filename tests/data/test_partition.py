@@ -204,6 +204,20 @@ def test_fedlog_held_out_and_missing_classes(cora) -> None:
     assert not (explicit.clients[1].y <= 2).logical_and(explicit.clients[1].y >= 1).any()
 
 
+def test_fedlog_metis_is_kway_unless_asked(cora) -> None:
+    """k-way (FED-PUB's call; FedLoG's A.16 parts are unequal) by default, recursive bisection on request."""
+    keep_all = {"missing_per_client": 0, "min_missing_nodes": 0, "cache": False}
+
+    def part_sizes(fg) -> list[int]:
+        return sorted([int(c.num_nodes) for c in fg.clients] + [int(fg.held_out.num_nodes)])
+
+    kway = part_sizes(partition_graph(cora, "fedlog", 3, seed=0, **keep_all))
+    bisect = part_sizes(partition_graph(cora, "fedlog", 3, seed=0, recursive=True, **keep_all))
+    assert sum(kway) == sum(bisect) == 2485
+    assert bisect == [621, 621, 621, 622]  # recursive bisection balances exactly
+    assert max(kway) - min(kway) > 1
+
+
 def test_kmeans_is_capped(cora) -> None:
     fg = partition_graph(cora, "kmeans", 5, seed=0, cache=False, n_init=2)
     check_invariants(fg, cora)
