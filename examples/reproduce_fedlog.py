@@ -26,8 +26,11 @@ Usage (results go to ``--out``, default ``results/reproduce_fedlog``, which git 
     python examples/reproduce_fedlog.py table --classifier-mode released --partition-dir ref/ --seeds 0
 
 ``--partition-dir`` reads O-pFGL's own partitions (rebuilt by ``examples/opfgl_reference_partition.py``), the
-ones the targets were measured on. Seed 0 under secagg there: Cora louvain+ 71.32, CiteSeer louvain+ 62.20,
-Cora metis+ 76.35, CiteSeer metis+ 64.78 (9 min per Cora run and 25 min per CiteSeer run on one CPU core).
+ones the targets were measured on. Seeds 0/1/2 under secagg there (``--classifier-mode released``; plaintext is
+identical, the uploads being grid-rounded), mean +- population std, target in brackets: Cora louvain+
+71.32/70.32/67.55 = 69.73 +- 1.59 (69.08), Cora metis+ 76.35/78.10/75.72 = 76.72 +- 1.01 (75.08), CiteSeer
+louvain+ 62.20/65.18/62.21 = 63.20 +- 1.40 (61.19), CiteSeer metis+ 64.78/65.38/65.24 = 65.13 +- 0.26 (64.92)
+(10-20 min per Cora run and 25-45 min per CiteSeer run on one CPU core).
 
 Torch runs single-threaded by default (``--threads``): on small graphs thread hand-off dominates.
 """
