@@ -209,7 +209,15 @@ def claim(args: argparse.Namespace) -> list[dict[str, Any]]:
     for ds in args.datasets:
         data = load_dataset(ds)
         for k in args.clients:
-            fg = partition_graph(data, "fedlog", k, seed=0, split=(0.4, 0.3, 0.3))
+            fg = partition_graph(
+                data,
+                "fedlog",
+                k,
+                seed=0,
+                split=(0.4, 0.3, 0.3),
+                missing_per_client=args.missing_per_client,
+                min_missing_nodes=args.min_missing_nodes,
+            )
             fg = attach_generalization_sets(fg, hops=args.hops)
             for method in args.methods:
                 for seed in args.seeds:
@@ -342,6 +350,18 @@ def main() -> None:
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     p.add_argument("--rounds", type=int, default=100)
     p.add_argument("--hops", type=int, default=2)
+    p.add_argument(
+        "--missing-per-client",
+        type=int,
+        default=1,
+        help="claim: tail classes removed from each client at first",
+    )
+    p.add_argument(
+        "--min-missing-nodes",
+        type=int,
+        default=20,
+        help="claim: add tail classes until this many nodes are removed (the paper gives no threshold)",
+    )
     p.add_argument("--prompt-epochs", type=int, default=100)
     p.add_argument("--prompt-inits", type=int, default=20)
     p.add_argument("--classifier-mode", default="paper", choices=["paper", "released"])
