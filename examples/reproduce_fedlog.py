@@ -32,6 +32,12 @@ identical, the uploads being grid-rounded), mean +- population std, target in br
 louvain+ 62.20/65.18/62.21 = 63.20 +- 1.40 (61.19), CiteSeer metis+ 64.78/65.38/65.24 = 65.13 +- 0.26 (64.92)
 (10-20 min per Cora run and 25-45 min per CiteSeer run on one CPU core).
 
+Claim, measured (``claim --seeds 0 1 2 --classifier-mode released --prompt-mode none``, secagg, 100 rounds): the
+verdict is "does not hold" for Cora and CiteSeer at K = 3, 5 and 10. FedLoG's Missing Class / New Client
+accuracy is below FedAvg's global model in every setting but CiteSeer K=3 (where all methods are near zero),
+and level with or below FedAvg's post-update local models; it beats Local everywhere. E.g. Cora K=10: FedLoG
+16.7 / 49.4, FedAvg 54.5 / 79.4, FedAvg local models 33.9 / 72.5, Local 0.0 / 29.7.
+
 Torch runs single-threaded by default (``--threads``): on small graphs thread hand-off dominates.
 """
 
