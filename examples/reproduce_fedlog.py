@@ -16,7 +16,12 @@ server step sees sums only (spec ``shared/specs/fedlog.md`` §3).
    and ``fedavg-local`` with the post-update local models, the same kind of model FedLoG is scored with.
    Local is scored with its own models. Every method is scored at the round with the best pooled Seen-Graph
    validation accuracy, later rounds winning ties (FedLoG's rule, :func:`best_round`), and the script prints
-   the claim's verdict per (dataset, K).
+   the claim's verdict per (dataset, K) (:func:`claim_verdicts`) twice: against ``fedavg-local``, the paper's
+   FedAvg (A.13 names FED-PUB's code for it, whose server never evaluates the aggregated model: each client
+   logs test accuracy after its local epochs), and against ``fedavg``. FedLoG rows are labelled ``fedlog``
+   (prompt generators on, ``--prompt-mode paper``) or ``fedlog-nopg`` (the w/o-PG ablation).
+3. ``report``: merges the result files of several ``claim`` runs (``--results``; they must share the partition
+   and schedule) and prints the same table and verdicts, so a grid can be measured in pieces.
 
 Usage (results go to ``--out``, default ``results/reproduce_fedlog``, which git ignores)::
 
@@ -24,6 +29,7 @@ Usage (results go to ``--out``, default ``results/reproduce_fedlog``, which git 
     python examples/reproduce_fedlog.py table --datasets Cora --partitions louvain+ --protocols secagg plaintext
     python examples/reproduce_fedlog.py claim --rounds 20 --prompt-epochs 20 --prompt-inits 5   # a cheaper run
     python examples/reproduce_fedlog.py table --classifier-mode released --partition-dir ref/ --seeds 0
+    python examples/reproduce_fedlog.py report --results results/reproduce_fedlog/claim_*.json
 
 ``--partition-dir`` reads O-pFGL's own partitions (rebuilt by ``examples/opfgl_reference_partition.py``), the
 ones the targets were measured on. Seeds 0/1/2 under secagg there (``--classifier-mode released``; plaintext is
@@ -61,7 +67,7 @@ from torch_geometric.data import Data
 
 from securefgl.algorithms.base import Client
 from securefgl.algorithms.fedavg import FedAvg
-from securefgl.algorithms.fedlog import attach_generalization_sets, best_round
+from securefgl.algorithms.fedlog import attach_generalization_sets, best_round, claim_verdicts
 from securefgl.algorithms.local import Local
 from securefgl.algorithms.registry import register_algorithm
 from securefgl.config import build
@@ -236,7 +242,7 @@ def claim(args: argparse.Namespace) -> list[dict[str, Any]]:
                             {"name": "fedlog", "options": _fedlog_options(args)}, args.protocol, args.rounds
                         )
                         res = run_seed(cfg, fg, seed, torch.device("cpu"))
-                        scored = [("fedlog", res.report["fedlog"]["best"])]
+                        scored = [(_fedlog_label(args), res.report["fedlog"]["best"])]
                     else:  # the baselines, every view selected by FedLoG's own rule
                         name = {"fedavg": "fedavg-fedlog-eval", "local": "local-fedlog-eval"}[method]
                         _BASELINE_HISTORY.clear()
@@ -275,36 +281,79 @@ def _ms(vals: list[float | None]) -> str:
 
 
 def _print_claim(rows: list[dict[str, Any]]) -> None:
-    """Mean +- std per (dataset, K, method), then the claim's verdict per (dataset, K) where FedLoG ran."""
+    """Mean +- std per (dataset, K, method), then the claim's verdict per (dataset, K) and FedLoG variant.
+
+    The verdict is printed twice: against FedAvg's post-update local models (``fedavg-local``, how FED-PUB's
+    code, which the paper names for its FedAvg baseline, scores FedAvg: its server never evaluates the
+    aggregated model) and against FedAvg's aggregated model (``fedavg``).
+    """
     keys = ("seen_test", "unseen_node", "missing_class", "new_client")
-    print(f"{'dataset':9} {'K':>3} {'method':12} " + " ".join(f"{k:>16}" for k in keys))
+    print(f"{'dataset':9} {'K':>3} {'method':12} {'seeds':>6} " + " ".join(f"{k:>16}" for k in keys))
     groups: dict[tuple, list] = {}
     for r in rows:
         groups.setdefault((r["dataset"], r["clients"], r["method"]), []).append(r)
     for (ds, k, m), rs in groups.items():
-        print(f"{ds:9} {k:>3} {m:12} " + " ".join(f"{_ms([r[x] for r in rs]):>16}" for x in keys))
+        cells = " ".join(f"{_ms([r[x] for r in rs]):>16}" for x in keys)
+        print(f"{ds:9} {k:>3} {m:12} {len(rs):>6} {cells}")
+    for method in dict.fromkeys(m for _, _, m in groups if m.startswith("fedlog")):
+        for fedavg in ("fedavg-local", "fedavg"):
+            for v in claim_verdicts(rows, method=method, fedavg=fedavg):
+                detail = ", ".join(
+                    f"{c.metric} vs {c.baseline} {'yes' if c.ok else 'NO'} ({c.margin:+.2f})"
+                    for c in v.checks
+                )
+                if v.missing:
+                    detail += ", not measured: " + ", ".join(v.missing)
+                verdict = "holds" if v.holds else "does not hold"
+                print(f"claim {v.dataset} K={v.clients} {method} vs {fedavg}: {verdict}: {detail}")
 
-    def mean(ds: str, k: int, m: str, key: str) -> float | None:
-        v = [r[key] for r in groups.get((ds, k, m), []) if r[key] is not None]
-        return 100 * float(np.mean(v)) if v else None
 
-    for ds, k in dict.fromkeys((d, kk) for d, kk, _ in groups):
-        if (ds, k, "fedlog") not in groups:
-            continue
-        checks = []
-        for other in ("fedavg", "fedavg-local", "local"):
-            if (ds, k, other) not in groups:
-                continue
-            for key in ("missing_class", "new_client"):
-                a, b = mean(ds, k, "fedlog", key), mean(ds, k, other, key)
-                if a is not None and b is not None:
-                    checks.append((f"{key} > {other}", a > b, a - b))
-        a, b = mean(ds, k, "fedlog", "seen_test"), mean(ds, k, "fedavg", "seen_test")
-        if a is not None and b is not None:
-            checks.append(("seen_test >= fedavg - 1", a >= b - 1, a - b))
-        verdict = "holds" if checks and all(ok for _, ok, _ in checks) else "does not hold"
-        detail = ", ".join(f"{name} {'yes' if ok else 'NO'} ({d:+.2f})" for name, ok, d in checks)
-        print(f"claim {ds} K={k}: {verdict}: {detail}")
+#: Settings that must agree between result files merged by ``report`` (the partition and the schedule).
+_MERGE_KEYS = {
+    "missing_per_client": 1,
+    "min_missing_nodes": 20,
+    "hops": 2,
+    "rounds": 100,
+    "protocol": "secagg",
+}
+
+
+def _fedlog_label(args: argparse.Namespace | dict[str, Any]) -> str:
+    """``fedlog`` for the full model, ``fedlog-nopg`` for the w/o-prompt-generator ablation."""
+    mode = args.get("prompt_mode", "paper") if isinstance(args, dict) else args.prompt_mode
+    return "fedlog" if mode == "paper" else "fedlog-nopg"
+
+
+def report(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Merge the rows of earlier ``claim`` result files and print the claim table and verdicts.
+
+    The files must share the partition and schedule (:data:`_MERGE_KEYS`); a row of the same (dataset, K,
+    method, seed) in a later file replaces the earlier one. FedLoG rows are labelled by prompt mode.
+    """
+    if not args.results:
+        raise SystemExit("report needs --results FILE [FILE ...] (JSON files written by `claim`)")
+    merged: dict[tuple, dict[str, Any]] = {}
+    settings: dict[str, tuple] = {}
+    for name in args.results:
+        path = Path(name)
+        if not path.is_file():
+            raise SystemExit(f"report: no result file {path}")
+        doc = json.loads(path.read_text())
+        if doc.get("args", {}).get("experiment") != "claim":
+            raise SystemExit(f"report: {path} is not a `claim` result file")
+        stored = doc["args"]
+        settings[name] = tuple(stored.get(key, default) for key, default in _MERGE_KEYS.items())
+        for row in doc["rows"]:
+            row = dict(row)
+            if row["method"] == "fedlog":
+                row["method"] = _fedlog_label(stored)
+            merged[(row["dataset"], row["clients"], row["method"], row["seed"])] = row
+    if len(set(settings.values())) > 1:
+        lines = "\n".join(f"  {n}: {dict(zip(_MERGE_KEYS, v, strict=True))}" for n, v in settings.items())
+        raise SystemExit(f"report: the files were measured on different settings:\n{lines}")
+    rows = sorted(merged.values(), key=lambda r: (r["dataset"], r["clients"], r["method"], r["seed"]))
+    _print_claim(rows)
+    return rows
 
 
 def table(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -349,7 +398,7 @@ def table(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("experiment", choices=["table", "claim"])
+    p.add_argument("experiment", choices=["table", "claim", "report"])
     p.add_argument("--datasets", nargs="+", default=["Cora", "CiteSeer"])
     p.add_argument("--clients", nargs="+", type=int, default=[3, 5, 10])
     p.add_argument("--partitions", nargs="+", default=["louvain+", "metis+"])
@@ -383,9 +432,13 @@ def main() -> None:
     )
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--out", default="results/reproduce_fedlog")
+    p.add_argument("--results", nargs="+", default=[], help="report: claim result files to merge")
     add_partition_dir_option(p, "table: ")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
+    if args.experiment == "report":
+        report(args)
+        return
     rows = claim(args) if args.experiment == "claim" else table(args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

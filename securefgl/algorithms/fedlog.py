@@ -101,7 +101,13 @@ from securefgl.algorithms._fedlog_client import (
     pretrain_prompt,
     warmup_embedder,
 )
-from securefgl.algorithms._fedlog_eval import attach_generalization_sets, best_round
+from securefgl.algorithms._fedlog_eval import (
+    ClaimCheck,
+    ClaimVerdict,
+    attach_generalization_sets,
+    best_round,
+    claim_verdicts,
+)
 from securefgl.algorithms._fedlog_model import FedLoGNet, PromptGenerator, degree_alpha, init_fedlog
 from securefgl.algorithms.base import (
     Algorithm,
@@ -117,7 +123,14 @@ from securefgl.errors import ConfigError
 from securefgl.protocols.base import Sums
 from securefgl.protocols.encoding import BlockSpec, SumSchema
 
-__all__ = ["FedLoG", "attach_generalization_sets", "best_round"]
+__all__ = [
+    "ClaimCheck",
+    "ClaimVerdict",
+    "FedLoG",
+    "attach_generalization_sets",
+    "best_round",
+    "claim_verdicts",
+]
 
 _EVAL_NAMES = ("seen_val", "seen_test", "unseen_node", "missing_class")
 
