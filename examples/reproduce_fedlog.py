@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -189,6 +190,21 @@ class LocalFedLoGEval(Local):
         return out
 
 
+def _progress(label: str, every: int = 10) -> Callable[[Any], None]:
+    """A round callback that prints ``label``, the round and the elapsed time to stderr every ``every`` rounds."""
+    t0 = time.perf_counter()
+
+    def on_round(rec: Any) -> None:
+        if (rec.global_round + 1) % every == 0:
+            print(
+                f"  [{label}] round {rec.global_round + 1} ({time.perf_counter() - t0:.0f} s)",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    return on_round
+
+
 def _fedlog_options(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "prompt_epochs": args.prompt_epochs,
@@ -241,13 +257,23 @@ def claim(args: argparse.Namespace) -> list[dict[str, Any]]:
                         cfg = _config(
                             {"name": "fedlog", "options": _fedlog_options(args)}, args.protocol, args.rounds
                         )
-                        res = run_seed(cfg, fg, seed, torch.device("cpu"))
+                        res = run_seed(
+                            cfg,
+                            fg,
+                            seed,
+                            torch.device("cpu"),
+                            on_round=_progress(f"{ds} K={k} {method} seed {seed}"),
+                        )
                         scored = [(_fedlog_label(args), res.report["fedlog"]["best"])]
                     else:  # the baselines, every view selected by FedLoG's own rule
                         name = {"fedavg": "fedavg-fedlog-eval", "local": "local-fedlog-eval"}[method]
                         _BASELINE_HISTORY.clear()
                         run_seed(
-                            _baseline_cfg(name, args.protocol, args.rounds), fg, seed, torch.device("cpu")
+                            _baseline_cfg(name, args.protocol, args.rounds),
+                            fg,
+                            seed,
+                            torch.device("cpu"),
+                            on_round=_progress(f"{ds} K={k} {method} seed {seed}"),
                         )
                         views = _BASELINE_HISTORY[name]
                         scored = [(method, best_round(views["local" if method == "local" else "global"]))]
@@ -370,7 +396,13 @@ def table(args: argparse.Namespace) -> list[dict[str, Any]]:
                 for seed in args.seeds:
                     cfg = _config({"name": "fedlog", "options": _fedlog_options(args)}, protocol, args.rounds)
                     t0 = time.perf_counter()
-                    res = run_seed(cfg, fg, seed, torch.device("cpu"))
+                    res = run_seed(
+                        cfg,
+                        fg,
+                        seed,
+                        torch.device("cpu"),
+                        on_round=_progress(f"{ds} {part} {protocol} seed {seed}"),
+                    )
                     acc = 100 * res.final.overall["test_acc"]
                     accs.append(acc)
                     row = {
