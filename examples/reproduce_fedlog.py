@@ -205,6 +205,11 @@ def _progress(label: str, every: int = 10) -> Callable[[Any], None]:
     return on_round
 
 
+def _run(cfg: RunConfig, fg: Any, seed: int, label: str) -> Any:
+    """One seed on the CPU, with a progress line every 10 rounds."""
+    return run_seed(cfg, fg, seed, torch.device("cpu"), on_round=_progress(label))
+
+
 def _fedlog_options(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "prompt_epochs": args.prompt_epochs,
@@ -257,23 +262,16 @@ def claim(args: argparse.Namespace) -> list[dict[str, Any]]:
                         cfg = _config(
                             {"name": "fedlog", "options": _fedlog_options(args)}, args.protocol, args.rounds
                         )
-                        res = run_seed(
-                            cfg,
-                            fg,
-                            seed,
-                            torch.device("cpu"),
-                            on_round=_progress(f"{ds} K={k} {method} seed {seed}"),
-                        )
+                        res = _run(cfg, fg, seed, f"{ds} K={k} {method} seed {seed}")
                         scored = [(_fedlog_label(args), res.report["fedlog"]["best"])]
                     else:  # the baselines, every view selected by FedLoG's own rule
                         name = {"fedavg": "fedavg-fedlog-eval", "local": "local-fedlog-eval"}[method]
                         _BASELINE_HISTORY.clear()
-                        run_seed(
+                        _run(
                             _baseline_cfg(name, args.protocol, args.rounds),
                             fg,
                             seed,
-                            torch.device("cpu"),
-                            on_round=_progress(f"{ds} K={k} {method} seed {seed}"),
+                            f"{ds} K={k} {method} seed {seed}",
                         )
                         views = _BASELINE_HISTORY[name]
                         scored = [(method, best_round(views["local" if method == "local" else "global"]))]
@@ -329,7 +327,7 @@ def _print_claim(rows: list[dict[str, Any]]) -> None:
                     for c in v.checks
                 )
                 if v.missing:
-                    detail += ", not measured: " + ", ".join(v.missing)
+                    detail = ", ".join(filter(None, [detail, "not measured: " + ", ".join(v.missing)]))
                 verdict = "holds" if v.holds else "does not hold"
                 print(f"claim {v.dataset} K={v.clients} {method} vs {fedavg}: {verdict}: {detail}")
 
@@ -396,13 +394,7 @@ def table(args: argparse.Namespace) -> list[dict[str, Any]]:
                 for seed in args.seeds:
                     cfg = _config({"name": "fedlog", "options": _fedlog_options(args)}, protocol, args.rounds)
                     t0 = time.perf_counter()
-                    res = run_seed(
-                        cfg,
-                        fg,
-                        seed,
-                        torch.device("cpu"),
-                        on_round=_progress(f"{ds} {part} {protocol} seed {seed}"),
-                    )
+                    res = _run(cfg, fg, seed, f"{ds} {part} {protocol} seed {seed}")
                     acc = 100 * res.final.overall["test_acc"]
                     accs.append(acc)
                     row = {
