@@ -333,13 +333,7 @@ def _print_claim(rows: list[dict[str, Any]]) -> None:
 
 
 #: Settings that must agree between result files merged by ``report`` (the partition and the schedule).
-_MERGE_KEYS = {
-    "missing_per_client": 1,
-    "min_missing_nodes": 20,
-    "hops": 2,
-    "rounds": 100,
-    "protocol": "secagg",
-}
+_MERGE_KEYS = ("missing_per_client", "min_missing_nodes", "hops", "rounds", "protocol")
 
 
 def _fedlog_label(args: argparse.Namespace | dict[str, Any]) -> str:
@@ -351,11 +345,12 @@ def _fedlog_label(args: argparse.Namespace | dict[str, Any]) -> str:
 def report(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Merge the rows of earlier ``claim`` result files and print the claim table and verdicts.
 
-    The files must share the partition and schedule (:data:`_MERGE_KEYS`); a row of the same (dataset, K,
+    The files must share the partition and schedule (:data:`_MERGE_KEYS`; a file written before an option existed is read with its default); a row of the same (dataset, K,
     method, seed) in a later file replaces the earlier one. FedLoG rows are labelled by prompt mode.
     """
     if not args.results:
         raise SystemExit("report needs --results FILE [FILE ...] (JSON files written by `claim`)")
+    parser = _parser()
     merged: dict[tuple, dict[str, Any]] = {}
     settings: dict[str, tuple] = {}
     for name in args.results:
@@ -366,7 +361,7 @@ def report(args: argparse.Namespace) -> list[dict[str, Any]]:
         if doc.get("args", {}).get("experiment") != "claim":
             raise SystemExit(f"report: {path} is not a `claim` result file")
         stored = doc["args"]
-        settings[name] = tuple(stored.get(key, default) for key, default in _MERGE_KEYS.items())
+        settings[name] = tuple(stored.get(key, parser.get_default(key)) for key in _MERGE_KEYS)
         for row in doc["rows"]:
             row = dict(row)
             if row["method"] == "fedlog":
@@ -420,7 +415,7 @@ def table(args: argparse.Namespace) -> list[dict[str, Any]]:
     return rows
 
 
-def main() -> None:
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("experiment", choices=["table", "claim", "report"])
     p.add_argument("--datasets", nargs="+", default=["Cora", "CiteSeer"])
@@ -458,7 +453,11 @@ def main() -> None:
     p.add_argument("--out", default="results/reproduce_fedlog")
     p.add_argument("--results", nargs="+", default=[], help="report: claim result files to merge")
     add_partition_dir_option(p, "table: ")
-    args = p.parse_args()
+    return p
+
+
+def main() -> None:
+    args = _parser().parse_args()
     torch.set_num_threads(args.threads)
     if args.experiment == "report":
         report(args)
