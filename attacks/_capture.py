@@ -1,10 +1,12 @@
-"""Run a federated job through the engine and keep every aggregation's record (the auditor's side).
+"""Observe a federated run through the engine's hooks, keeping each aggregation's record (the auditor's side).
 
-The engine's :func:`~securefgl.engine.runner.run_seed` keeps no transcripts or broadcasts. The audit needs
-both (views are built from transcripts; the server knows every broadcast it sent), so this module drives the
-same loop with the engine's own round function (:func:`securefgl.engine.runner._round`) and a protocol
-wrapper that records each aggregation. Client objects, contributions and the partition stay on the auditor's
-side (ground truth for scoring); adversaries only ever get views built from the records.
+The audit needs more than a :class:`~securefgl.engine.records.SeedResult`: views are built from the protocol
+transcripts, and the server knows every broadcast it sent. :func:`capture_run` runs the engine's public
+:func:`~securefgl.engine.runner.run_seed` with :class:`~securefgl.engine.hooks.RunHooks` attached and turns
+each :class:`~securefgl.engine.hooks.AggregateEvent` of the algorithm's sums into an
+:class:`~securefgl.attacks.views.AggregationRecord`; it never re-implements the loop, so what is audited is
+the run the engine performs. Contributions and the partition stay on the auditor's side (ground truth for
+scoring); adversaries only ever get views built from the records.
 """
 
 from __future__ import annotations
@@ -17,85 +19,9 @@ from typing import Any
 import torch
 
 from securefgl.attacks.views import AggregationRecord
-from securefgl.errors import ProtocolError
-from securefgl.protocols.base import DropoutPlan, Protocol, Sums, Transcript
-from securefgl.protocols.encoding import SumSchema
+from securefgl.errors import SecureFGLError
 
-__all__ = ["CapturedRun", "RecordingProtocol", "capture_run"]
-
-
-class RecordingProtocol(Protocol):
-    """Wraps a protocol; after every aggregation appends an :class:`AggregationRecord` to ``sink``.
-
-    The round context (phase, key, broadcast) is set by the driver with :meth:`set_round` before the round.
-    """
-
-    name = "recording"
-
-    def __init__(self, inner: Protocol, sink: list[AggregationRecord]) -> None:
-        self.inner = inner
-        self.sink = sink
-        self._phase = ""
-        self._broadcast: Mapping[str, torch.Tensor] = {}
-        self._keys: list[str] = []
-
-    @property
-    def reveals_individual_inputs(self) -> bool:  # type: ignore[override]
-        return bool(getattr(self.inner, "reveals_individual_inputs", False))
-
-    def set_round(self, phase: str, broadcast: Mapping[str, torch.Tensor], keys: list[str]) -> None:
-        self._phase = phase
-        self._broadcast = {k: v.detach().cpu().clone() for k, v in broadcast.items()}
-        self._keys = list(keys)
-
-    def aggregate(
-        self,
-        schema: SumSchema,
-        contributions: Mapping[int, Any],
-        *,
-        dropouts: DropoutPlan | None = None,
-        round_index: int = 0,
-        recipient: int | None = None,
-        context: bytes | Mapping[int, bytes] = b"",
-    ) -> tuple[Sums, Transcript]:
-        key = self._keys.pop(0) if self._keys else "main"
-        truth = {
-            int(c): {k: torch.as_tensor(v).detach().cpu().clone() for k, v in x.items()}
-            for c, x in contributions.items()
-        }
-        try:
-            sums, transcript = self.inner.aggregate(
-                schema,
-                contributions,
-                dropouts=dropouts,
-                round_index=round_index,
-                recipient=recipient,
-                context=context,
-            )
-        except ProtocolError as exc:
-            tr = getattr(exc, "transcript", None)
-            if isinstance(tr, Transcript):
-                self.sink.append(
-                    AggregationRecord(
-                        key,
-                        self._phase,
-                        round_index,
-                        schema,
-                        self._broadcast,
-                        tr,
-                        None,
-                        recipient,
-                        truth,
-                        f"{type(exc).__name__}: {exc}",
-                    )
-                )
-            raise
-        self.sink.append(
-            AggregationRecord(
-                key, self._phase, round_index, schema, self._broadcast, transcript, sums, recipient, truth
-            )
-        )
-        return sums, transcript
+__all__ = ["CapturedRun", "capture_run"]
 
 
 @dataclass
@@ -106,11 +32,17 @@ class CapturedRun:
         config: The run configuration.
         fg: The federated graph (ground truth).
         seed: The training seed.
-        records: Every aggregation, in order.
+        records: Every aggregation of the algorithm's sums, in order (the engine's evaluation-count sums
+            are not among them: they are not algorithm uploads).
         final_broadcast: The last broadcast (the released model).
         setting: The public :class:`~securefgl.algorithms.base.Setting`.
-        metrics: Final evaluation (overall metrics) of the released model.
+        metrics: The run's final overall metrics, as the engine reports them (``SeedResult.final.overall``):
+            the evaluation of the round the server selected (the best round when ``train.select_best``,
+            else the last evaluation), computed from the evaluation sums. Empty when the run evaluated
+            nothing.
         seconds: Wall time.
+        algorithm: The algorithm object of the run.
+        result: The engine's :class:`~securefgl.engine.records.SeedResult` of the run.
     """
 
     config: Any
@@ -122,6 +54,11 @@ class CapturedRun:
     metrics: dict[str, float] = field(default_factory=dict)
     seconds: float = 0.0
     algorithm: Any = None
+    result: Any = None
+
+
+def _cpu(tensors: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+    return {k: torch.as_tensor(v).detach().cpu().clone() for k, v in tensors.items()}
 
 
 def capture_run(
@@ -132,99 +69,89 @@ def capture_run(
     *,
     max_rounds: int | None = None,
     on_round: Callable[[int, int], None] | None = None,
+    hooks: Any = None,
 ) -> CapturedRun:
-    """Run ``config``'s algorithm on ``fg`` like :func:`~securefgl.engine.runner.run_seed`, keeping records.
+    """Run ``config``'s algorithm on ``fg`` with :func:`~securefgl.engine.runner.run_seed`, keeping records.
 
-    Same seeding, client setup, phases and rounds as the engine; evaluation runs once, on the final
-    broadcast. ``max_rounds`` caps the rounds of each ``rounds`` phase (audits of long runs).
+    The run is the engine's own (same seeding, clients, phases, rounds, evaluation and selection); the
+    capture only observes it through hooks.
+
+    Args:
+        config: The validated run config.
+        fg: The federated graph.
+        seed: Training seed.
+        device: Where the run's tensors live (records are copied to the CPU).
+        max_rounds: Cap on the rounds of each ``rounds`` phase (audits of long runs); passed to the engine.
+        on_round: Progress callback ``(done, total)``, called after every round and local phase.
+        hooks: Further :class:`~securefgl.engine.hooks.RunHooks` to attach to the same run.
+
+    Raises:
+        SecureFGLError: As :func:`~securefgl.engine.runner.run_seed` (a protocol abort is a
+            :class:`~securefgl.errors.ProtocolError`); ``exc.captured`` holds the :class:`CapturedRun` so far,
+            whose last record is the aborted aggregation (``released=None``, ``error`` set) when the protocol
+            attached a transcript.
     """
-    from securefgl.algorithms.base import RoundState
-    from securefgl.algorithms.registry import create_algorithm
-    from securefgl.engine.runner import (
-        EvalRecord,
-        RoundRecord,
-        SeedResult,
-        _build_protocol,
-        _evaluate,
-        _round,
-        make_setting,
-        start_seed,
-    )
+    from securefgl.engine.hooks import AggregateEvent, RoundEvent, RunHooks, StartEvent
+    from securefgl.engine.runner import run_seed
 
-    t0 = time.perf_counter()
-    dev = torch.device(device)
-    train = config.train
-    k_all = fg.num_clients
-    per_round = train.clients_in_round(k_all)
-    setting = make_setting(config, fg, dev)
-    algorithm = create_algorithm(config.algorithm.name, setting, config.algorithm.options)
-    phases = list(algorithm.phases(train))
     records: list[AggregationRecord] = []
-    protocol: RecordingProtocol | None = None
-    if algorithm.uses_protocol:
-        protocol = RecordingProtocol(_build_protocol(config, per_round, k_all), records)
+    state: dict[str, Any] = {"algorithm": None, "setting": None, "broadcast": None}
+    # The broadcast a round started from, copied once per round (every sum of the round shares the copy).
+    copied: list[Any] = [None, None]
 
-    clients, server, broadcast, sampling_rng = start_seed(algorithm, fg, seed, dev)
-    total = sum(
-        (p.rounds if p.rounds is not None else train.rounds) if p.kind == "rounds" else 1 for p in phases
-    )
-    if max_rounds is not None:
-        total = sum(
-            min(max_rounds, p.rounds if p.rounds is not None else train.rounds) if p.kind == "rounds" else 1
-            for p in phases
-        )
-    done = 0
-    global_round = 0
-    last_rs = None
-    for phase in phases:
-        if phase.kind == "local":
-            algorithm.personalize_clients(clients, broadcast, phase)
-            done += 1
-            if on_round:
-                on_round(done, total)
-            continue
-        num_rounds = phase.rounds if phase.rounds is not None else train.rounds
-        if max_rounds is not None:
-            num_rounds = min(num_rounds, max_rounds)
-        for r in range(num_rounds):
-            if phase.sample and per_round < k_all:
-                invited = sorted(int(i) for i in sampling_rng.choice(k_all, size=per_round, replace=False))
-            else:
-                invited = list(range(k_all))
-            rs = RoundState(phase.name, r, global_round, tuple(invited), broadcast, num_rounds)
-            if protocol is not None:
-                protocol.set_round(phase.name, broadcast, [q.key for q in algorithm.requests(rs)])
-            rec = _round(
-                algorithm,
-                protocol,
-                server,
-                [clients[i] for i in invited],
-                clients,
-                rs,
-                config,
-                sampling_rng,
-                seed,
+    def start(ev: StartEvent) -> None:
+        state["algorithm"], state["setting"] = ev.algorithm, ev.setting
+
+    def aggregate(ev: AggregateEvent) -> None:
+        if ev.is_evaluation or ev.transcript is None:  # engine-made counts; an abort with no transcript
+            return
+        if copied[0] is not ev.rs.broadcast:
+            copied[0], copied[1] = ev.rs.broadcast, _cpu(ev.rs.broadcast)
+        records.append(
+            AggregationRecord(
+                key=ev.key,
+                phase=ev.rs.phase,
+                round_index=ev.rs.global_round,
+                schema=ev.schema,
+                broadcast=copied[1],
+                transcript=ev.transcript,
+                released=ev.sums,
+                recipient=ev.recipient,
+                contributions={int(c): _cpu(x) for c, x in ev.contributions.items()},
+                error=None if ev.error is None else f"{type(ev.error).__name__}: {ev.error}",
             )
-            broadcast = rec.pop("broadcast")
-            last_rs = rs
-            global_round += 1
-            done += 1
-            if on_round:
-                on_round(done, total)
-    metrics: dict[str, float] = {}
-    rs = last_rs or RoundState("final", 0, global_round, tuple(range(k_all)), broadcast, 1)
-    rs = RoundState(rs.phase, rs.round, rs.global_round, tuple(range(k_all)), broadcast, rs.num_rounds)
-    record = RoundRecord("final", 0, global_round, list(range(k_all)), float("nan"), {}, {}, 0.0, 0.0, 0.0)
-    ev: EvalRecord = _evaluate(algorithm, clients, broadcast, rs, record, fg.num_classes, SeedResult(seed))
-    metrics = dict(ev.overall)
-    return CapturedRun(
-        config=config,
-        fg=fg,
-        seed=seed,
-        records=records,
-        final_broadcast={k: v.detach().cpu().clone() for k, v in broadcast.items()},
-        setting=setting,
-        metrics=metrics,
-        seconds=time.perf_counter() - t0,
-        algorithm=algorithm,
-    )
+        )
+
+    def round_end(ev: RoundEvent) -> None:
+        state["broadcast"] = ev.broadcast
+        copied[0] = copied[1] = None  # a new round copies its broadcast afresh
+        if on_round is not None:
+            on_round(ev.done, ev.total)
+
+    def captured(result: Any, seconds: float) -> CapturedRun:
+        broadcast = state["broadcast"]
+        final = getattr(result, "final", None)
+        return CapturedRun(
+            config=config,
+            fg=fg,
+            seed=seed,
+            records=records,
+            final_broadcast=_cpu(broadcast) if broadcast is not None else {},
+            setting=state["setting"],
+            metrics=dict(final.overall) if final is not None else {},
+            seconds=seconds,
+            algorithm=state["algorithm"],
+            result=result,
+        )
+
+    ours = RunHooks(on_start=start, on_aggregate=aggregate, on_round=round_end)
+    t0 = time.perf_counter()
+    try:
+        result = run_seed(
+            config, fg, seed, torch.device(device), hooks=ours.combine(hooks), max_rounds=max_rounds
+        )
+    except SecureFGLError as exc:
+        partial = captured(getattr(exc, "partial", None), time.perf_counter() - t0)
+        exc.captured = partial  # type: ignore[attr-defined]
+        raise
+    return captured(result, time.perf_counter() - t0)

@@ -56,9 +56,9 @@ __all__ = [
 
 def context_digest(broadcast: Mapping[str, Tensor]) -> bytes:
     """The round context the engine binds into sessions: a hash of the broadcast (same as the engine's)."""
-    from securefgl.engine.runner import _context
+    from securefgl.engine.runner import round_context
 
-    return _context(broadcast)
+    return round_context(broadcast)
 
 
 def _cos(a: Tensor, b: Tensor) -> float:

@@ -4,8 +4,10 @@ A privacy claim rests on a measurement. For one algorithm, model and dataset, th
 
 1. checks, before any work, which (attack, protocol) cells apply (an attack that does not apply is refused with
    :class:`~securefgl.errors.AttackNotApplicableError` naming the reason; the cell is reported as such);
-2. runs the federated job once per protocol through the engine's round loop, keeping every aggregation's
-   transcript (:mod:`securefgl.attacks._capture`);
+2. runs the federated job once per protocol with the engine's :func:`~securefgl.engine.runner.run_seed`,
+   observing it through the engine's hooks to keep every aggregation's transcript
+   (:mod:`securefgl.attacks._capture`); the run's utility is the engine's final evaluation (the round the
+   server selected), the attacks on the model use the last broadcast;
 3. builds each adversary's view from the transcripts alone (:mod:`securefgl.attacks.views`);
 4. runs each attack on each view, over ``trials`` targets/seeds, and scores it against ground truth, next to
    its baselines: *chance* (what an adversary with no view gets) and *public* (the same attack on what the
@@ -315,8 +317,7 @@ def _applicability(cfg: AuditConfig, protocol: str) -> dict[str, str]:
 
 
 def _run_config(cfg: AuditConfig, protocol: str) -> Any:
-    from securefgl.config import merge
-    from securefgl.engine.config import RunConfig
+    from securefgl.config import RunConfig, merge
 
     base: dict[str, Any] = {
         "dataset": {"name": cfg.dataset},
@@ -395,7 +396,7 @@ def audit(config: AuditConfig | Mapping[str, Any]) -> AuditResult:
     outcomes: list[AttackOutcome] = []
     runs: dict[str, dict[str, Any]] = {}
     figures: dict[str, Any] = {"reconstructions": {}, "roc": {}}
-    from securefgl.engine.device import resolve_device
+    from securefgl.training.device import resolve_device
 
     device = resolve_device(cfg.device) if cfg.device != "cpu" else torch.device("cpu")
     fg = None
@@ -415,8 +416,8 @@ def audit(config: AuditConfig | Mapping[str, Any]) -> AuditResult:
                 from securefgl.api import load_federated_graph
 
                 fg = load_federated_graph(run_cfg)
-                if getattr(get_algorithm(cfg.algorithm), "needs_cross_edges", False):
-                    from securefgl.algorithms.fedstruct import attach_cross_edges
+                if get_algorithm(cfg.algorithm).needs_cross_edges:
+                    from securefgl.data.cross_edges import attach_cross_edges
 
                     fg = attach_cross_edges(fg)  # as the engine does (spec §1.2: what clients know)
             ctx = _Context(cfg, protocol, run_cfg, fg, device, bars, figures)
@@ -469,6 +470,14 @@ def _config_dict(cfg: AuditConfig) -> dict[str, Any]:
 # ----------------------------------------------------------------------------------------------------
 
 
+def _final_round(result: Any) -> dict[str, Any] | None:
+    """Phase and round of a run's final (selected) evaluation, or ``None``."""
+    final = getattr(result, "final", None)
+    if final is None:
+        return None
+    return {"phase": final.phase, "round": int(final.round)}
+
+
 class _Context:
     def __init__(
         self,
@@ -505,6 +514,8 @@ class _Context:
             "aggregations": len(r.records),
             "seconds": r.seconds,
             "metrics": {k: v for k, v in r.metrics.items() if isinstance(v, float) and math.isfinite(v)},
+            # the engine's final evaluation is the selected round's (best validation when train.select_best)
+            "metrics_round": _final_round(r.result),
             "excluded": sorted({c for rec in r.records for c in rec.transcript.excluded}),
             "privacy": next(
                 (
@@ -985,13 +996,13 @@ def _upload_setup(ctx: _Context) -> tuple[Any, Any, dict[int, Any], Any, dict[st
         return {k: torch.as_tensor(x).detach().cpu() for k, x in v.items()}
 
     contribs = {cid: pick(o) for cid, o in outs.items()}
-    from securefgl.engine.runner import _context
+    from securefgl.engine.runner import round_context
 
     return (
         alg,
         req[0].schema,
         contribs,
-        _context(broadcast),
+        round_context(broadcast),
         {k: v.detach().cpu() for k, v in broadcast.items()},
     )
 
@@ -1323,14 +1334,21 @@ def _markdown(res: AuditResult) -> str:
         lines += [
             "## Utility of the released model",
             "",
-            "| protocol | test accuracy | run seconds |",
-            "|---|---|---|",
+            "| protocol | test accuracy | selected round | run seconds |",
+            "|---|---|---|---|",
         ]
         for p, r in res.runs.items():
-            lines.append(
-                f"| {p} | {_fmt(r.get('metrics', {}).get('test_acc'))} | {r.get('seconds', 0):.1f} |"
-            )
-        lines.append("")
+            sel = r.get("metrics_round")
+            where = f"{sel['phase']} {sel['round']}" if sel else "n/a"
+            acc = _fmt(r.get("metrics", {}).get("test_acc"))
+            lines.append(f"| {p} | {acc} | {where} | {r.get('seconds', 0):.1f} |")
+        lines += [
+            "",
+            "Test accuracy is the engine's final evaluation: the round the server selected from the "
+            "evaluation sums (best validation accuracy when `train.select_best`, else the last evaluation). "
+            "The attacks on the released model use the last broadcast.",
+            "",
+        ]
     lines += [
         "## Findings",
         "",

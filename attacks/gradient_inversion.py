@@ -117,7 +117,7 @@ class TrainingRecipe:
 
     @staticmethod
     def from_train_config(train: Any, prox_mu: float = 0.0) -> TrainingRecipe:
-        """The recipe of a :class:`~securefgl.engine.config.TrainConfig`."""
+        """The recipe of a :class:`~securefgl.config.TrainConfig`."""
         return TrainingRecipe(
             epochs=int(train.local_epochs),
             lr=float(train.lr),

@@ -45,7 +45,7 @@ from securefgl.protocols.base import SERVER, MessageRecord, Sums, Transcript
 from securefgl.protocols.encoding import SumSchema, centred_lift
 
 if TYPE_CHECKING:
-    from securefgl.engine.config import TrainConfig
+    from securefgl.config import TrainConfig
     from securefgl.nn.registry import ModelSpec
 
 __all__ = [

@@ -26,9 +26,8 @@ from typing import Any
 
 import torch
 
-from securefgl.config import build
+from securefgl.config import RunConfig, build
 from securefgl.data import load_dataset, partition_graph
-from securefgl.engine.config import RunConfig
 from securefgl.engine.runner import run_seed
 
 SPLITS = {"cora": (0.2, 0.4, 0.4), "citeseer": (0.2, 0.4, 0.4), "chameleon": (0.6, 0.2, 0.2)}

@@ -133,7 +133,7 @@ def _update_attacks(model_name: str, inv: Any, dev: torch.device, repeat: int) -
     )
     from securefgl.attacks._capture import capture_run
     from securefgl.attacks.gradient_inversion import updates_in_view
-    from securefgl.engine.config import RunConfig
+    from securefgl.config import RunConfig
     from securefgl.nn.registry import build_model
 
     cfg = RunConfig.from_mapping(

@@ -30,13 +30,13 @@ import torch.nn.functional as F
 
 from securefgl.algorithms.base import Client, RoundState, Setting
 from securefgl.algorithms.registry import create_algorithm
+from securefgl.config import TrainConfig
 from securefgl.data import load_dataset, partition_graph
-from securefgl.engine.config import TrainConfig
-from securefgl.engine.device import resolve_device, tune_cpu_allocator
-from securefgl.engine.local_training import train_clients, train_clients_sequential
-from securefgl.engine.optim import StackedOptimizer
 from securefgl.nn import ModelSpec
 from securefgl.protocols.registry import get_protocol
+from securefgl.training.device import resolve_device, tune_cpu_allocator
+from securefgl.training.local_training import train_clients, train_clients_sequential
+from securefgl.training.optim import StackedOptimizer
 
 
 def _sync(device: torch.device) -> None:
@@ -67,7 +67,7 @@ def main() -> None:
     ap.add_argument(
         "--no-tune-allocator",
         action="store_true",
-        help="leave glibc's mmap threshold alone (securefgl run tunes it; see engine.device.tune_cpu_allocator)",
+        help="leave glibc's mmap threshold alone (securefgl run tunes it; see training.device.tune_cpu_allocator)",
     )
     args = ap.parse_args()
     tuned = False if args.no_tune_allocator else tune_cpu_allocator()

@@ -26,7 +26,7 @@ import torch
 from securefgl.algorithms.base import RoundState, Setting
 from securefgl.algorithms.fedavg import FedAvg
 from securefgl.algorithms.fedlog import FedLoG
-from securefgl.engine.config import TrainConfig
+from securefgl.config import TrainConfig
 from securefgl.engine.runner import broadcast_nbytes
 from securefgl.nn.registry import ModelSpec
 from securefgl.protocols.registry import get_protocol

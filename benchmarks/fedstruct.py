@@ -28,8 +28,8 @@ import torch
 
 from securefgl.algorithms._fedstruct_setup import StructureView, central_abar, private_abar
 from securefgl.algorithms.fedstruct import attach_cross_edges
+from securefgl.config import RunConfig
 from securefgl.data import load_dataset, make_csbm, partition_graph
-from securefgl.engine.config import RunConfig
 from securefgl.engine.runner import run_seed
 from securefgl.protocols.registry import get_protocol
 

@@ -39,10 +39,11 @@ Three steps, because the replay needs python-louvain, which securefgl does not d
     #    (AdaFGL's datasets/Chameleon.zip: Chameleon/raw/chameleon.edge; or Geom-GCN's out1_graph_edges.txt)
     python examples/adafgl_reference_partition.py export --dataset chameleon --out ref/ --edge-file chameleon.edge
 
-    # 2. in an environment with python-louvain and networkx (imports nothing from securefgl or torch)
+    # 2. in an environment with python-louvain and networkx, from the repository root (imports nothing from
+    #    torch; PYTHONPATH=. finds securefgl.experiments.adafgl_reference_partition, numpy and stdlib only)
     python3.11 -m venv /tmp/refenv && /tmp/refenv/bin/pip install "numpy<2" networkx python-louvain
-    /tmp/refenv/bin/python examples/adafgl_reference_partition.py partition --graph ref/CiteSeer_graph.npz \\
-        --out ref/CiteSeer_louvain.npz
+    PYTHONPATH=. /tmp/refenv/bin/python examples/adafgl_reference_partition.py partition \\
+        --graph ref/CiteSeer_graph.npz --out ref/CiteSeer_louvain.npz
 
     # 3. back in securefgl's environment: per-client statistics of the replay next to ours, and a run
     python examples/adafgl_reference_partition.py compare --dataset CiteSeer --file ref/CiteSeer_louvain.npz
@@ -53,212 +54,26 @@ Without ``--edge-file`` the Chameleon export uses securefgl's edges (Platonov et
 node ids, 31,371 undirected edges, sorted, no self-loops). The raw Geom-GCN list has its own row order and
 self-loops, and Louvain depends on both (neighbour order feeds its shuffles; loops change degrees), so that replay
 is the reference's recipe on a reordered input: another draw, not the paper's partition.
+
+The replay is :mod:`securefgl.experiments.adafgl_reference_partition`; this script is its command line.
 """
 
 from __future__ import annotations
 
 import argparse
-import random
 from pathlib import Path
 
 import numpy as np
 
-#: config.py ``--seed`` default, used by ``set_seed`` before the partition.
-SEED = 2023
-#: ``GraphFLDataset`` defaults (main.py passes none): ratio_train, ratio_val; test is the rest.
-SPLIT = (0.2, 0.4, 0.4)
-#: Datasets the reference reads with torch_geometric's Planetoid, and with its own ``load_geom_data``.
-PLANETOID = ("cora", "citeseer", "pubmed")
-GEOM = ("chameleon", "squirrel")
-#: The splits examples/reproduce_adafgl.py uses for our own partition (Table I ratios).
-OUR_SPLITS = {"cora": (0.2, 0.4, 0.4), "citeseer": (0.2, 0.4, 0.4), "chameleon": (0.6, 0.2, 0.2)}
-
-
-# ----------------------------------------------------------------------------------------------------------
-# export (securefgl's environment)
-# ----------------------------------------------------------------------------------------------------------
-
-
-def read_edge_file(path: Path) -> np.ndarray:
-    """Integer pairs of an edge list in file order; lines that are not two integers (a header) are skipped."""
-    rows = []
-    for line in Path(path).read_text().splitlines():
-        parts = line.split()
-        if len(parts) >= 2 and parts[0].lstrip("-").isdigit() and parts[1].lstrip("-").isdigit():
-            rows.append((int(parts[0]), int(parts[1])))
-    return np.asarray(rows, dtype=np.int64).reshape(-1, 2)
-
-
-def export_graph(dataset: str, out_dir: Path, root: str | None, edge_file: Path | None) -> Path:
-    """Write ``<dataset>_graph.npz``: the reference's directed ``edge_index`` (``src``, ``dst``) in its order, labels."""
-    from securefgl.data import load_dataset
-
-    data = load_dataset(dataset, root)
-    name = str(data.name).lower()
-    n = int(data.num_nodes)
-    ei = data.edge_index.numpy()
-    ours = {(int(a), int(b)) for a, b in ei.T if a < b}
-    if name in PLANETOID:
-        if edge_file is not None:
-            raise SystemExit("--edge-file is for the Geom-GCN datasets; Planetoid's order is fixed by PyG")
-        # PyG's Planetoid edge_index: self-loops removed, coalesced (sorted by row in 2023's PyG, by column in recent PyG;
-        # both give the same networkx graph), symmetric. Ours is the same set, sorted by row.
-        order = np.lexsort((ei[1], ei[0]))
-        src, dst, exact = ei[0][order], ei[1][order], True
-    elif name in GEOM:
-        if edge_file is not None:
-            pairs = read_edge_file(edge_file)
-            theirs = {(min(a, b), max(a, b)) for a, b in pairs.tolist() if a != b}
-            loops = int((pairs[:, 0] == pairs[:, 1]).sum())
-            print(
-                f"{edge_file}: {len(pairs)} rows, {loops} self-loops, {len(theirs)} undirected non-loop edges; "
-                f"securefgl: {len(ours)}; only in the file: {len(theirs - ours)}, only in securefgl: "
-                f"{len(ours - theirs)}"
-            )
-            if pairs.max() >= n:
-                raise SystemExit(f"{edge_file} has node ids up to {pairs.max()} but {dataset} has {n} nodes")
-            exact = theirs == ours
-        else:
-            pairs = np.asarray(sorted(ours), dtype=np.int64).reshape(-1, 2)
-            exact = False
-            print(
-                f"warning: no --edge-file; {dataset}'s edges are securefgl's ({len(ours)} undirected, sorted, no "
-                f"self-loops), not the order and self-loops of the reference's chameleon.edge: an approximate replay"
-            )
-        # load_geom_data: the file's rows, then every row reversed.
-        src = np.concatenate([pairs[:, 0], pairs[:, 1]])
-        dst = np.concatenate([pairs[:, 1], pairs[:, 0]])
-    else:
-        raise SystemExit(f"the reference loads {', '.join(PLANETOID + GEOM)}; got {dataset!r}")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"{data.name}_graph.npz"
-    np.savez(path, src=src, dst=dst, y=data.y.numpy(), num_nodes=n, exact=exact)
-    return path
-
-
-# ----------------------------------------------------------------------------------------------------------
-# partition (the reference's environment: numpy, networkx, python-louvain)
-# ----------------------------------------------------------------------------------------------------------
-
-
-def reference_graph(src: np.ndarray, dst: np.ndarray, num_nodes: int, triangle: str) -> object:
-    """``to_networkx(G, to_undirected=True)``: nodes in id order, one triangle of ``edge_index`` in order."""
-    import networkx as nx
-
-    graph = nx.Graph()
-    graph.add_nodes_from(range(num_nodes))
-    keep = src <= dst if triangle == "upper" else src >= dst
-    graph.add_edges_from(zip(src[keep].tolist(), dst[keep].tolist(), strict=True))
-    return graph
-
-
-def pack_reference(part: dict[int, int], num_nodes: int, clients: int) -> tuple[list[list[int]], int]:
-    """``structure_iid_louvain``'s packing, duplicates included; returns the owners' node lists and the forced count.
-
-    ``part`` maps node -> community in node order (python-louvain's key order).
-    """
-    first_seen: dict[int, list[int]] = {}
-    for node, com in part.items():
-        first_seen.setdefault(com, []).append(node)
-    pieces = list(first_seen.values())
-    cap = num_nodes // clients
-    i = 0
-    while i < len(pieces):  # a piece over the cap keeps its head; the rest goes to the end and is cut in turn
-        if len(pieces[i]) > cap:
-            pieces.append(pieces[i][cap:])
-            pieces[i] = pieces[i][:cap]
-        i += 1
-    pieces.sort(key=len, reverse=True)  # stable, like sorting the (group, length) items
-    target = num_nodes // clients
-    owners: list[list[int]] = [[] for _ in range(clients)]
-    active, ptr, forced = list(range(clients)), 0, 0
-    for piece in pieces:
-        while (
-            len(owners[active[ptr]]) > target
-        ):  # full: out of the rotation (an empty rotation raises, as there)
-            active.pop(ptr)
-            ptr %= len(active)
-        tries = 0
-        while len(owners[active[ptr]]) + len(piece) > target + 1:
-            tries += 1
-            ptr = (ptr + 1) % len(active)
-            if tries == len(active):  # a full turn: the reference appends the piece here ...
-                owners[active[ptr]] += piece
-                forced += 1
-                break
-        owners[active[ptr]] += piece  # ... and here again
-    return owners, forced
-
-
-def reference_partition(
-    graph_file: Path, clients: int, seed: int, split: tuple[float, float], triangle: str
-) -> tuple[dict[str, np.ndarray], dict[str, object]]:
-    """Replay the reference pipeline; returns the four arrays and a report (sizes with duplicates, ...)."""
-    from community import community_louvain
-
-    z = np.load(graph_file)
-    n = int(z["num_nodes"])
-    random.seed(seed)  # set_seed(args.seed)
-    np.random.seed(seed)
-    graph = reference_graph(z["src"], z["dst"], n, triangle)
-    part = community_louvain.best_partition(graph)  # random_state=None: the global numpy generator
-    owners, forced = pack_reference(part, n, clients)
-    owner = np.full(n, -1, dtype=np.int64)
-    masks = {key: np.zeros(n, dtype=bool) for key in ("train_mask", "val_mask", "test_mask")}
-    duplicated, role_conflicts = 0, 0
-    for k, nodes in enumerate(owners):
-        m = len(nodes)  # the reference's num_local_nodes, duplicates counted
-        local = list(range(m))
-        random.shuffle(local)
-        a, b = int(m * split[0]), int(m * split[1])
-        role = np.empty(m, dtype=np.int64)
-        role[local[:a]], role[local[a : a + b]], role[local[a + b :]] = 0, 1, 2
-        last: dict[int, int] = {}
-        roles_of: dict[int, set[int]] = {}
-        for i, v in enumerate(nodes):
-            last[v] = i  # node_idx_map: the last copy wins (and carries the edges)
-            roles_of.setdefault(v, set()).add(int(role[i]))
-        duplicated += m - len(last)
-        role_conflicts += sum(len(r) > 1 for r in roles_of.values())
-        if (owner[list(last)] >= 0).any():
-            raise RuntimeError("a node was dealt to two clients; the reference never does this")
-        for v, i in last.items():
-            owner[v] = k
-            masks[("train_mask", "val_mask", "test_mask")[role[i]]][v] = True
-    if (owner < 0).any():
-        raise RuntimeError(f"{int((owner < 0).sum())} nodes have no client")
-    report = {
-        "communities": len(set(part.values())),
-        "forced": forced,
-        "duplicated": duplicated,
-        "role_conflicts": role_conflicts,
-        "sizes_with_duplicates": [len(o) for o in owners],
-        "exact_input": bool(z["exact"]) if "exact" in z.files else None,
-    }
-    return {"node_owner": owner, **masks}, report
-
-
-# ----------------------------------------------------------------------------------------------------------
-# compare (securefgl's environment)
-# ----------------------------------------------------------------------------------------------------------
-
-
-def client_rows(fg: object) -> list[dict[str, object]]:
-    from securefgl.data import edge_homophily
-
-    rows = []
-    for c in fg.clients:
-        ei = c.edge_index
-        rows.append(
-            {
-                "n": int(c.num_nodes),
-                "edges": int(ei.shape[1]) // 2,
-                "h_edge": edge_homophily(ei, c.y) if ei.shape[1] else float("nan"),
-                "hist": np.bincount(c.y.numpy(), minlength=fg.num_classes).tolist(),
-                "split": [int(c[key].sum()) for key in ("train_mask", "val_mask", "test_mask")],
-            }
-        )
-    return rows
+from securefgl.errors import ConfigError
+from securefgl.experiments.adafgl_reference_partition import (
+    SEED,
+    SPLIT,
+    TRIANGLES,
+    client_rows,
+    export_graph,
+    reference_partition,
+)
 
 
 def print_table(title: str, fg: object, total_edges: int) -> None:
@@ -277,12 +92,13 @@ def print_table(title: str, fg: object, total_edges: int) -> None:
 
 def compare(dataset: str, file: Path, clients: int, root: str | None) -> None:
     from securefgl.data import load_dataset, partition_graph
+    from securefgl.experiments.adafgl import SPLITS  # the splits examples/reproduce_adafgl.py uses (Table I)
 
     data = load_dataset(dataset, root)
     total = int(data.edge_index.shape[1]) // 2
     ref = partition_graph(data, "file", clients, path=str(file))
     print_table(f"{data.name}: reference replay ({file})", ref, total)
-    split = OUR_SPLITS.get(str(data.name).lower(), (0.2, 0.4, 0.4))
+    split = SPLITS.get(str(data.name).lower(), (0.2, 0.4, 0.4))
     ours = partition_graph(data, "louvain", clients, seed=0, split=split, assign="greedy")
     print_table(f"{data.name}: ours (louvain, assign=greedy, seed 0, split {split})", ours, total)
 
@@ -300,7 +116,7 @@ def main() -> None:
     pa.add_argument("--clients", type=int, default=10)
     pa.add_argument("--seed", type=int, default=SEED, help="config.py's --seed (default 2023)")
     pa.add_argument("--split", type=float, nargs=3, default=SPLIT, metavar=("TRAIN", "VAL", "TEST"))
-    pa.add_argument("--triangle", choices=("upper", "lower"), default="upper", help="to_networkx's kept half")
+    pa.add_argument("--triangle", choices=TRIANGLES, default="upper", help="to_networkx's kept half")
     pa.add_argument("--out", type=Path, required=True, help="the partition file to write (.npz)")
     co = sub.add_parser("compare", help="per-client statistics of a replay and of securefgl's louvain")
     co.add_argument("--dataset", required=True)
@@ -309,7 +125,10 @@ def main() -> None:
     co.add_argument("--data-root", default=None)
     args = ap.parse_args()
     if args.command == "export":
-        print(export_graph(args.dataset, args.out, args.data_root, args.edge_file))
+        try:
+            print(export_graph(args.dataset, args.out, args.data_root, args.edge_file))
+        except ConfigError as exc:
+            raise SystemExit(str(exc)) from None
         return
     if args.command == "compare":
         compare(args.dataset, args.file, args.clients, args.data_root)

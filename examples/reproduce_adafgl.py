@@ -55,14 +55,13 @@ from typing import Any
 
 import numpy as np
 import torch
-from opfgl_reference_partition import partition_file
 
-from securefgl.algorithms._adafgl_local import client_homophily_report
-from securefgl.algorithms._adafgl_topology import adjacency, homophily_confidence_score
-from securefgl.config import build
+from securefgl.algorithms.adafgl import adjacency, client_homophily_report, homophily_confidence_score
 from securefgl.data import load_dataset, partition_graph
-from securefgl.engine.config import RunConfig
-from securefgl.engine.runner import run_seed
+from securefgl.engine import run_seed
+from securefgl.errors import PartitionError
+from securefgl.experiments import partition_file
+from securefgl.experiments.adafgl import PARTITIONS, SPLITS, partition_params, run_config
 
 #: Spec §5.4 Table II (AdaFGL, 10 clients): (mean, std).
 PAPER = {
@@ -81,45 +80,6 @@ PAPER_GCN = {
 }
 #: Allowed distance of the mean from the paper (issue 9).
 TOLERANCE = {"cora": 2.5, "citeseer": 2.5, "chameleon": 4.0}
-#: Train/val/test ratios (Table I).
-SPLITS = {"cora": (0.2, 0.4, 0.4), "citeseer": (0.2, 0.4, 0.4), "chameleon": (0.6, 0.2, 0.2)}
-
-
-def partition_params(split: str) -> dict[str, Any]:
-    """Partitioner parameters of the two splits (spec §1.2, §1.3)."""
-    if split == "louvain":
-        return {"assign": "greedy"}  # every node assigned, FedSage+/AdaFGL packing
-    if split == "structure-noniid":
-        return {"p_homo": 0.5, "rho": 0.5, "anchor": "uniform"}
-    raise SystemExit(f"unknown split {split!r}; valid: louvain, structure-noniid")
-
-
-def run_config(args: argparse.Namespace, dataset: str, split: str, protocol: str, options: dict) -> RunConfig:
-    return build(
-        RunConfig,
-        {
-            "dataset": {"name": dataset, "root": args.root},
-            "partition": {
-                "method": split,
-                "clients": args.clients,
-                "seed": 0,
-                "split": list(args.split or SPLITS[dataset]),
-                "params": partition_params(split),
-            },
-            "protocol": {"name": protocol},
-            "algorithm": {"name": "adafgl", "options": options},
-            "model": {"name": "gcn", "hidden": 64, "layers": 2, "dropout": 0.5},
-            "train": {
-                "rounds": args.rounds,
-                "local_epochs": args.local_epochs,
-                "lr": 0.01,
-                "weight_decay": args.weight_decay,
-                "optimizer_state": args.optimizer_state,
-                "eval_every": args.eval_every,
-            },
-            "device": args.device,
-        },
-    )
 
 
 def client_table(fg: Any, seed: int = 0) -> list[dict[str, Any]]:
@@ -222,7 +182,7 @@ def print_table(cells: list[dict[str, Any]]) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--datasets", nargs="+", default=["cora", "citeseer", "chameleon"])
-    ap.add_argument("--splits", nargs="+", default=["louvain", "structure-noniid"])
+    ap.add_argument("--splits", nargs="+", choices=PARTITIONS, default=list(PARTITIONS))
     ap.add_argument("--protocols", nargs="+", default=["secagg", "plaintext"])
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     ap.add_argument("--clients", type=int, default=10)
@@ -306,7 +266,12 @@ def main() -> None:
             t0 = time.perf_counter()
             ref_sizes = None
             if args.partition_dir is not None:
-                ref = partition_file(args.partition_dir, dataset, split, maker="adafgl_reference_partition")
+                try:
+                    ref = partition_file(
+                        args.partition_dir, dataset, split, maker="adafgl_reference_partition"
+                    )
+                except PartitionError as exc:
+                    raise SystemExit(str(exc)) from None
                 fg = partition_graph(data, "file", args.clients, path=str(ref))
                 with np.load(ref) as z:
                     if "reference_local_nodes" in z.files:
@@ -329,7 +294,21 @@ def main() -> None:
             cell: dict[str, Any] = {"dataset": dataset, "split": split, "clients": rows, "runs": []}
             for protocol in args.protocols:
                 for seed in args.seeds:
-                    cfg = run_config(args, dataset, split, protocol, options)
+                    cfg = run_config(
+                        dataset,
+                        split,
+                        protocol,
+                        options,
+                        clients=args.clients,
+                        ratios=args.split,
+                        root=args.root,
+                        rounds=args.rounds,
+                        local_epochs=args.local_epochs,
+                        weight_decay=args.weight_decay,
+                        optimizer_state=args.optimizer_state,
+                        eval_every=args.eval_every,
+                        device=args.device,
+                    )
                     res = run_seed(cfg, fg, seed, torch.device(args.device))
                     fed = [e for e in res.evals if e.phase == "federated"]
                     run = {

@@ -62,20 +62,20 @@ from typing import Any
 
 import numpy as np
 import torch
-from opfgl_reference_partition import add_partition_dir_option, partition_file
 from torch import Tensor
 from torch_geometric.data import Data
 
 from securefgl.algorithms.base import Client
 from securefgl.algorithms.fedavg import FedAvg
-from securefgl.algorithms.fedlog import attach_generalization_sets, best_round, claim_verdicts
+from securefgl.algorithms.fedlog import attach_generalization_sets, best_round
 from securefgl.algorithms.local import Local
 from securefgl.algorithms.registry import register_algorithm
-from securefgl.config import build
+from securefgl.config import RunConfig, build
 from securefgl.data import load_dataset, partition_graph
-from securefgl.engine.config import RunConfig
-from securefgl.engine.local_training import predict_shared, predict_stacked
-from securefgl.engine.runner import run_seed
+from securefgl.engine import RoundEvent, RunHooks, run_seed
+from securefgl.errors import PartitionError
+from securefgl.experiments import add_partition_dir_option, claim_verdicts, partition_file
+from securefgl.training.local_training import predict_shared, predict_stacked
 
 TARGETS = {
     ("Cora", "louvain+"): (69.08, 1.96),
@@ -88,13 +88,15 @@ _BASELINE_HISTORY: dict[str, dict[str, list[dict[str, Any]]]] = {}
 
 
 def _fake(clients: list[Client], kind: str) -> list[Client]:
+    """Stand-in clients whose graph is each client's own evaluation set (``c.eval_data``, the sets that
+    :func:`attach_generalization_sets` put in ``FederatedGraph.client_eval``): ``G_k^+`` or the New Client."""
     out = []
     for c in clients:
-        d = c.data
+        ev = c.eval_data
         if kind == "unseen":
-            g = Data(x=d.unseen_x, edge_index=d.unseen_edge_index, num_nodes=d.unseen_x.shape[0])
+            g = Data(x=ev["unseen_x"], edge_index=ev["unseen_edge_index"], num_nodes=ev["unseen_x"].shape[0])
         else:
-            g = Data(x=d.nc_x, edge_index=d.nc_edge_index, num_nodes=d.nc_x.shape[0])
+            g = Data(x=ev["nc_x"], edge_index=ev["nc_edge_index"], num_nodes=ev["nc_x"].shape[0])
         out.append(Client(c.id, g, c.generator, workspace={}))
     return out
 
@@ -113,17 +115,17 @@ def _record(clients: list[Client], predict: Callable[[list[Client]], dict[int, T
     sv, st, un, mc = [0, 0], [0, 0], [0, 0], [0, 0]
     ncs = []
     for c in clients:
-        d = c.data
+        d, ev = c.data, c.eval_data
         po, pu = own[c.id].argmax(-1), unseen[c.id].argmax(-1)
         for acc, pred, y, m in (
             (sv, po, d.y, d.val_mask),
             (st, po, d.y, d.test_mask),
-            (un, pu, d.unseen_y, d.unseen_node_mask),
-            (mc, pu, d.unseen_y, d.unseen_cls_mask),
+            (un, pu, ev["unseen_y"], ev["unseen_node_mask"]),
+            (mc, pu, ev["unseen_y"], ev["unseen_cls_mask"]),
         ):
             acc[0] += int((pred[m] == y[m]).sum())
             acc[1] += int(m.sum())
-        ncs.append(float((nc[c.id].argmax(-1) == d.nc_y).float().mean()))
+        ncs.append(float((nc[c.id].argmax(-1) == ev["nc_y"]).float().mean()))
     return {
         "round": rnd,
         "seen_val": _pooled(sv),
@@ -190,11 +192,12 @@ class LocalFedLoGEval(Local):
         return out
 
 
-def _progress(label: str, every: int = 10) -> Callable[[Any], None]:
-    """A round callback that prints ``label``, the round and the elapsed time to stderr every ``every`` rounds."""
+def _progress(label: str, every: int = 10) -> RunHooks:
+    """Run hooks that print ``label``, the round and the elapsed time to stderr every ``every`` rounds."""
     t0 = time.perf_counter()
 
-    def on_round(rec: Any) -> None:
+    def on_round(event: RoundEvent) -> None:
+        rec = event.record
         if (rec.global_round + 1) % every == 0:
             print(
                 f"  [{label}] round {rec.global_round + 1} ({time.perf_counter() - t0:.0f} s)",
@@ -202,12 +205,12 @@ def _progress(label: str, every: int = 10) -> Callable[[Any], None]:
                 flush=True,
             )
 
-    return on_round
+    return RunHooks(on_round=on_round)
 
 
 def _run(cfg: RunConfig, fg: Any, seed: int, label: str) -> Any:
     """One seed on the CPU, with a progress line every 10 rounds."""
-    return run_seed(cfg, fg, seed, torch.device("cpu"), on_round=_progress(label))
+    return run_seed(cfg, fg, seed, torch.device("cpu"), hooks=_progress(label))
 
 
 def _fedlog_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -381,7 +384,11 @@ def table(args: argparse.Namespace) -> list[dict[str, Any]]:
         data = load_dataset(ds)
         for part in args.partitions:
             if args.partition_dir is not None:
-                fg = partition_graph(data, "file", 10, path=str(partition_file(args.partition_dir, ds, part)))
+                try:
+                    ref = partition_file(args.partition_dir, ds, part)
+                except PartitionError as exc:
+                    raise SystemExit(str(exc)) from None
+                fg = partition_graph(data, "file", 10, path=str(ref))
             else:
                 fg = partition_graph(data, part, 10, seed=42, split=(0.2, 0.4, 0.4))
             for protocol in args.protocols:

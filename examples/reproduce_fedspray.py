@@ -45,13 +45,13 @@ from typing import Any
 
 import numpy as np
 import torch
-from opfgl_reference_partition import add_partition_dir_option, partition_file
 
 from securefgl.algorithms.fedspray_presets import get_preset
-from securefgl.config import build, merge, parse_overrides
+from securefgl.config import RunConfig, build, merge, parse_overrides
 from securefgl.data import load_dataset, partition_graph
-from securefgl.engine.config import RunConfig
-from securefgl.engine.runner import run_seed
+from securefgl.engine import run_seed
+from securefgl.errors import PartitionError
+from securefgl.experiments import add_partition_dir_option, partition_file
 
 #: O-pFGL Tables 9 (Louvain+) and 10 (Metis+): FedSpray, 100 rounds, 10 clients: (acc, std, f1, std).
 TARGETS = {
@@ -192,7 +192,10 @@ def table(args: argparse.Namespace) -> None:
                     continue
                 print(f"{key}:", flush=True)
                 if args.partition_dir is not None:
-                    ref = partition_file(args.partition_dir, ds, part)
+                    try:
+                        ref = partition_file(args.partition_dir, ds, part)
+                    except PartitionError as exc:
+                        raise SystemExit(str(exc)) from None
                     fg = partition_graph(graphs[ds], "file", args.clients, path=str(ref))
                 else:
                     fg = partition_graph(

@@ -43,9 +43,9 @@ import numpy as np
 import torch
 
 import securefgl.algorithms.fedstruct as fedstruct
+from securefgl.config import RunConfig
 from securefgl.data import load_dataset, partition_graph
-from securefgl.engine.config import RunConfig
-from securefgl.engine.runner import run_seed
+from securefgl.engine import run_seed
 
 #: Table 4 of the paper (Cora, CiteSeer, Chameleon) as FedStruct options and training settings.
 PRESETS = {

@@ -53,14 +53,14 @@ from typing import Any
 
 import numpy as np
 import torch
-from opfgl_reference_partition import add_partition_dir_option, partition_file
 
 from securefgl.algorithms.opfgl_presets import preset_config
-from securefgl.config import merge
+from securefgl.config import RunConfig, merge
 from securefgl.data import load_dataset
 from securefgl.data.partition import partition_graph
-from securefgl.engine.config import RunConfig
-from securefgl.engine.runner import run_seed
+from securefgl.engine import run_seed
+from securefgl.errors import PartitionError
+from securefgl.experiments import add_partition_dir_option, partition_file
 
 #: Paper numbers: (accuracy mean, std, F1 mean, std); O-pFGL and Standalone Tables 1/6, FedAvg 100 rounds
 #: Tables 9/10.
@@ -196,7 +196,10 @@ def main() -> None:
             ds, part = preset["dataset"]["name"], preset["partition"]["method"]
             source = f"partition seed {preset['partition']['seed']}"
             if args.partition_dir is not None:
-                ref = partition_file(args.partition_dir, ds, part)
+                try:
+                    ref = partition_file(args.partition_dir, ds, part)
+                except PartitionError as exc:
+                    raise SystemExit(str(exc)) from None
                 preset["partition"].update(method="file", params={"path": str(ref)})
                 source = f"reference partition {ref}"
             p = preset["partition"]

@@ -32,15 +32,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from reproduce_adafgl import SPLITS, partition_params, run_config
 
-from securefgl.algorithms._adafgl_local import prepare_client, train_prepared
-from securefgl.algorithms.adafgl import AdaFGL
+from securefgl.algorithms.adafgl import AdaFGL, prepare_client, train_prepared
 from securefgl.algorithms.base import Broadcast, Client, Phase
 from securefgl.algorithms.registry import register_algorithm
 from securefgl.data import load_dataset, partition_graph
-from securefgl.engine.local_training import predict_shared, workspace_generator
-from securefgl.engine.runner import run_seed
+from securefgl.engine import run_seed
+from securefgl.experiments.adafgl import PARTITIONS, SPLITS, partition_params, run_config
+from securefgl.training.local_training import predict_shared, workspace_generator
 
 #: Filled by :class:`AdaFGLGrid` during a run: one row per (variant, client).
 _ROWS: list[dict[str, Any]] = []
@@ -110,7 +109,7 @@ def parse_grid(items: list[str]) -> list[dict[str, Any]]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dataset", default="citeseer")
-    ap.add_argument("--split", default="louvain")
+    ap.add_argument("--split", choices=PARTITIONS, default="louvain")
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     ap.add_argument("--protocol", default="plaintext", help="step 1's protocol (step 2 sends nothing)")
     ap.add_argument(
@@ -146,7 +145,20 @@ def main() -> None:
     for seed in args.seeds:
         _ROWS.clear()
         t0 = time.perf_counter()
-        cfg = run_config(args, args.dataset, args.split, args.protocol, fixed)
+        cfg = run_config(
+            args.dataset,
+            args.split,
+            args.protocol,
+            fixed,
+            clients=args.clients,
+            root=args.root,
+            rounds=args.rounds,
+            local_epochs=args.local_epochs,
+            weight_decay=args.weight_decay,
+            optimizer_state=args.optimizer_state,
+            eval_every=args.eval_every,
+            device=args.device,
+        )
         cfg = dataclasses.replace(cfg, algorithm=dataclasses.replace(cfg.algorithm, name="adafgl-grid"))
         res = run_seed(cfg, fg, seed, torch.device(args.device))
         per_seed[seed] = list(_ROWS)

@@ -127,6 +127,7 @@ from securefgl.errors import (
     ThresholdError,
 )
 from securefgl.protocols._channel import PUBLIC_KEY_BYTES, ChannelKeys
+from securefgl.protocols._parties import check_clients, client_contexts
 from securefgl.protocols.base import SERVER, Contribution, DropoutPlan, Protocol, Sums, Transcript
 from securefgl.protocols.encoding import SumSchema, centred_lift, default_rng, ring_mask
 from securefgl.protocols.messages import (
@@ -1406,7 +1407,7 @@ class CKKSAggregation(Protocol):
         if not isinstance(schema, SumSchema):
             raise ConfigError(f"schema must be a SumSchema, got {type(schema).__name__}")
         params = self.parameters(schema)
-        clients = _check_clients(contributions)
+        clients = check_clients(contributions)
         schema.check_num_clients(len(clients))
         if recipient is not None and recipient not in contributions:
             raise ConfigError(f"recipient {recipient!r} is not an invited client; invited: {list(clients)}")
@@ -1414,7 +1415,7 @@ class CKKSAggregation(Protocol):
             raise ConfigError(
                 f"key_generator {self.key_generator!r} is not an invited client; invited: {list(clients)}"
             )
-        contexts = _contexts(context, clients)
+        contexts = client_contexts(context, clients)
         plan = (dropouts or DropoutPlan.none()).resolve(PHASES, self._rng or default_rng())
         t = Transcript(
             protocol=self.name,
@@ -1477,27 +1478,3 @@ def _timing_summary(server: CKKSServer, parties: Mapping[int, CKKSClient]) -> di
                 np.mean(vals)
             )
     return out
-
-
-def _check_clients(contributions: Mapping[int, Any]) -> tuple[int, ...]:
-    if not isinstance(contributions, Mapping) or not contributions:
-        raise ConfigError("contributions must be a non-empty mapping of client id -> contribution")
-    bad = [
-        c
-        for c in contributions
-        if isinstance(c, bool) or not isinstance(c, (int, np.integer)) or not 0 <= int(c) < 2**32 - 1
-    ]
-    if bad:
-        raise ConfigError(f"client ids must be integers in [0, 2**32 - 2], got {bad[:5]}")
-    return tuple(sorted(int(c) for c in contributions))
-
-
-def _contexts(context: bytes | Mapping[int, bytes], clients: Sequence[int]) -> dict[int, bytes]:
-    if isinstance(context, (bytes, bytearray, memoryview)):
-        return dict.fromkeys(clients, bytes(context))
-    if isinstance(context, Mapping):
-        missing = [c for c in clients if c not in context]
-        if missing:
-            raise ConfigError(f"context given per client but missing for clients {missing[:5]}")
-        return {c: bytes(context[c]) for c in clients}
-    raise ConfigError(f"context must be bytes or a mapping of client -> bytes, got {type(context).__name__}")

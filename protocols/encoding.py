@@ -11,7 +11,7 @@ every protocol shares.
 
     The ring helpers (:func:`ring_add`, :func:`ring_sub`, ...) and :meth:`SumSchema.encode` are
     building blocks for protocol implementers. Algorithms never call them: they hand a contribution to a
-    protocol and receive :class:`~securefgl.protocols.base.Sums`.
+    protocol and receive :class:`~securefgl.protocols.sums.Sums`.
 
 Encoding (per block :math:`b` with public bound :math:`B_b`, scale :math:`s_b = 2^{f_b}`):
 
@@ -58,7 +58,7 @@ import numpy as np
 import torch
 
 from securefgl.errors import ConfigError, EncodingError, OverflowRiskError, ReleaseRefusedError
-from securefgl.protocols.base import Sums
+from securefgl.protocols.sums import Sums
 
 __all__ = [
     "BlockSpec",
@@ -248,7 +248,7 @@ class BlockSpec:
             released as NaN and listed in :meth:`Sums.withheld_rows`. Needs ``min_contributors`` and a
             floating output dtype. (default: ``None``)
         dp: whether the distributed-DP wrapper noises (and L2-clips) this block. (default: ``False``)
-        dtype: the dtype of the block in :class:`~securefgl.protocols.base.Sums` (default:
+        dtype: the dtype of the block in :class:`~securefgl.protocols.sums.Sums` (default:
             ``torch.float32`` for real blocks, ``torch.int64`` for counts).
     """
 

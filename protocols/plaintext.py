@@ -24,7 +24,7 @@ import hashlib
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, TypedDict
+from typing import ClassVar, TypedDict
 
 import numpy as np
 
@@ -38,6 +38,7 @@ from securefgl.errors import (
     StageOrderError,
     ThresholdError,
 )
+from securefgl.protocols._parties import check_clients, client_contexts
 from securefgl.protocols.base import SERVER, Contribution, DropoutPlan, Protocol, Sums, Transcript
 from securefgl.protocols.encoding import SumSchema, default_rng
 from securefgl.protocols.messages import (
@@ -60,7 +61,6 @@ __all__ = ["PlainDeliver", "PlainInput", "PlainInputRequest", "PlaintextAggregat
 #: The stages of the plaintext protocol, in order (``deliver`` only runs in designated-recipient mode).
 STAGES: tuple[str, ...] = ("input", "deliver")
 _DOMAIN = b"securefgl/plaintext/v1"
-_MAX_ID = 2**32 - 2
 
 
 class _Where(TypedDict):
@@ -448,11 +448,11 @@ class PlaintextAggregation(Protocol):
         """
         if not isinstance(schema, SumSchema):
             raise ConfigError(f"schema must be a SumSchema, got {type(schema).__name__}")
-        clients = _check_clients(contributions)
+        clients = check_clients(contributions)
         schema.check_num_clients(len(clients))
         if recipient is not None and recipient not in contributions:
             raise ConfigError(f"recipient {recipient!r} is not an invited client; invited: {list(clients)}")
-        contexts = _contexts(context, clients)
+        contexts = client_contexts(context, clients)
         plan = (dropouts or DropoutPlan.none()).resolve(STAGES, self._rng or default_rng())
         transcript = Transcript(
             protocol=self.name,
@@ -492,27 +492,3 @@ class PlaintextAggregation(Protocol):
 
     def __repr__(self) -> str:
         return f"PlaintextAggregation(record_views={self.record_views})"
-
-
-def _check_clients(contributions: Mapping[int, Any]) -> tuple[int, ...]:
-    if not isinstance(contributions, Mapping) or not contributions:
-        raise ConfigError("contributions must be a non-empty mapping of client id -> contribution")
-    bad = [
-        c
-        for c in contributions
-        if isinstance(c, bool) or not isinstance(c, (int, np.integer)) or not 0 <= int(c) <= _MAX_ID
-    ]
-    if bad:
-        raise ConfigError(f"client ids must be integers in [0, {_MAX_ID}], got {bad[:5]}")
-    return tuple(sorted(int(c) for c in contributions))
-
-
-def _contexts(context: bytes | Mapping[int, bytes], clients: Sequence[int]) -> dict[int, bytes]:
-    if isinstance(context, (bytes, bytearray, memoryview)):
-        return dict.fromkeys(clients, bytes(context))
-    if isinstance(context, Mapping):
-        missing = [c for c in clients if c not in context]
-        if missing:
-            raise ConfigError(f"context given per client but missing for clients {missing[:5]}")
-        return {c: bytes(context[c]) for c in clients}
-    raise ConfigError(f"context must be bytes or a mapping of client -> bytes, got {type(context).__name__}")

@@ -110,6 +110,7 @@ from securefgl.protocols._harary import (
     complete_graph_threshold,
     find_graph_parameters,
 )
+from securefgl.protocols._parties import check_clients, client_contexts
 from securefgl.protocols._prg import (
     KEY_BYTES,
     PRG_ALGORITHMS,
@@ -153,7 +154,6 @@ __all__ = [
 ]
 
 _DOMAIN = b"securefgl/secagg/v1"
-_MAX_ID = 2**32 - 2
 _SHARE_PLAINTEXT = struct.Struct(">II")
 _SHARE_BYTES = _SHARE_PLAINTEXT.size + 2 * _shamir.LIMBS * 4
 
@@ -1650,13 +1650,13 @@ class SecAggPlus(Protocol):
         """
         if not isinstance(schema, SumSchema):
             raise ConfigError(f"schema must be a SumSchema, got {type(schema).__name__}")
-        clients = _check_clients(contributions)
+        clients = check_clients(contributions)
         schema.check_num_clients(len(clients))
         if recipient is not None and recipient not in contributions:
             raise ConfigError(
                 f"recipient {recipient!r} is not an invited client; invited: {list(clients)[:10]}"
             )
-        contexts = _contexts(context, clients)
+        contexts = client_contexts(context, clients)
         stages = Stage.ordered(recipient=recipient is not None)
         if self._rng is not None:
             drng = self._rng
@@ -1765,27 +1765,3 @@ def _finish(
         transcript.extra["bad_shares"] = {str(k): v for k, v in server.state.bad_shares.items()}
     if server.state.unmask_rejected:
         transcript.extra["unmask_rejected"] = {str(k): v for k, v in server.state.unmask_rejected.items()}
-
-
-def _check_clients(contributions: Mapping[int, Any]) -> tuple[int, ...]:
-    if not isinstance(contributions, Mapping) or not contributions:
-        raise ConfigError("contributions must be a non-empty mapping of client id -> contribution")
-    bad = [
-        c
-        for c in contributions
-        if isinstance(c, bool) or not isinstance(c, (int, np.integer)) or not 0 <= int(c) <= _MAX_ID
-    ]
-    if bad:
-        raise ConfigError(f"client ids must be integers in [0, {_MAX_ID}], got {bad[:5]}")
-    return tuple(sorted(int(c) for c in contributions))
-
-
-def _contexts(context: bytes | Mapping[int, bytes], clients: Sequence[int]) -> dict[int, bytes]:
-    if isinstance(context, (bytes, bytearray, memoryview)):
-        return dict.fromkeys(clients, bytes(context))
-    if isinstance(context, Mapping):
-        missing = [c for c in clients if c not in context]
-        if missing:
-            raise ConfigError(f"context given per client but missing for clients {missing[:5]}")
-        return {c: bytes(context[c]) for c in clients}
-    raise ConfigError(f"context must be bytes or a mapping of client -> bytes, got {type(context).__name__}")

@@ -15,18 +15,18 @@ model x dataset) is validated before any data is loaded.
 from __future__ import annotations
 
 import datetime as _dt
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from securefgl.config import merge, to_dict
-from securefgl.engine.config import RunConfig, load_run_config
-from securefgl.engine.device import resolve_device
+from securefgl.config import RunConfig, load_run_config, merge, to_dict
+from securefgl.engine.hooks import RunHooks
 from securefgl.engine.metrics import mean_std
 from securefgl.engine.results import write_results
-from securefgl.engine.runner import RoundRecord, SeedResult, run_seed
+from securefgl.engine.runner import RoundRecord, SeedResult, phase_rounds, run_seed
 from securefgl.errors import ConfigError, SecureFGLError
+from securefgl.training.device import resolve_device
 
 __all__ = ["RunResult", "load_federated_graph", "run"]
 
@@ -126,6 +126,7 @@ def run(
     *,
     on_round: Callable[[int, RoundRecord], None] | None = None,
     on_seed: Callable[[int, int], None] | None = None,
+    hooks: RunHooks | None = None,
     **overrides: Any,
 ) -> RunResult:
     """Run a configured experiment over all its seeds and write the results folder.
@@ -135,6 +136,7 @@ def run(
             CSBM, 10 Louvain clients, FedAvg under SecAgg).
         on_round: Progress callback ``(seed, record)`` after every round.
         on_seed: Callback ``(seed, total_rounds_planned)`` when a seed starts.
+        hooks: Observers attached to every seed's run (:class:`~securefgl.engine.hooks.RunHooks`).
         **overrides: Top-level sections merged into ``config`` (e.g. ``train={"rounds": 5}``).
 
     Returns:
@@ -177,10 +179,14 @@ def run(
     done: list[SeedResult] = []
     extra = {"device": str(device), "graph": graph}
     for seed in cfg.seeds:
-        callback = (lambda rec, s=seed: on_round(s, rec)) if on_round else None
-        start = (lambda phases, s=seed: on_seed(s, _planned_rounds(phases, cfg.train))) if on_seed else None
+        progress = RunHooks(
+            on_round=(lambda ev, s=seed: on_round(s, ev.record)) if on_round else None,
+            on_start=(lambda ev, s=seed: on_seed(s, _planned_rounds(ev.phases, cfg.train)))
+            if on_seed
+            else None,
+        )
         try:
-            done.append(run_seed(cfg, fg, seed, device, on_round=callback, on_start=start))
+            done.append(run_seed(cfg, fg, seed, device, hooks=progress.combine(hooks)))
         except SecureFGLError as exc:
             partial = getattr(exc, "partial", None)
             if out_dir is not None:
@@ -203,8 +209,6 @@ def run(
     return result
 
 
-def _planned_rounds(phases: list[Any], train: Any) -> int:
+def _planned_rounds(phases: Sequence[Any], train: Any) -> int:
     """Rounds a seed will run (each local phase counts as one step)."""
-    return sum(
-        (p.rounds if p.rounds is not None else train.rounds) if p.kind == "rounds" else 1 for p in phases
-    )
+    return sum(phase_rounds(p, train) for p in phases)

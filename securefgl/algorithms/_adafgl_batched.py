@@ -2,7 +2,7 @@
 
 Private helper of :mod:`securefgl.algorithms.adafgl`. Each client keeps its own model, optimiser state,
 HCS and best-validation epoch; only the arithmetic is batched, as in
-:mod:`securefgl.engine.local_training`:
+:mod:`securefgl.training.local_training`:
 
 * the per-client models of :class:`~securefgl.algorithms._adafgl_model.AdaFGLLocalModel` are initialised
   exactly as the one-client path does (same generator, same order) and their parameters stacked into
@@ -15,7 +15,7 @@ HCS and best-validation epoch; only the arithmetic is batched, as in
 
 Clients never see each other's data in any sense that matters for privacy: this is a simulation speed-up
 of K independent local computations (nothing here is sent anywhere). Dropout masks are drawn from one
-generator for the whole batch (the engine's convention for batched local training), so with dropout the
+generator for the whole batch (the convention of :mod:`securefgl.training`), so with dropout the
 random stream differs from the one-client path; with ``dropout=0`` both paths agree to float tolerance
 (tested).
 

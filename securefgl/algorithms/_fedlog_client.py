@@ -2,7 +2,8 @@ r"""FedLoG's client side: local fitting, local generalisation, prompt-generator 
 
 Internal module of :mod:`securefgl.algorithms.fedlog` (spec ``shared/specs/fedlog.md`` §2.1, §2.3, §2.4,
 §2.5, §2.7). Everything here runs on one client's own data and the public broadcast; nothing reads another
-client's state.
+client's state. Training functions receive the client's training ``Data`` only; the evaluation-only sets
+(``Client.eval_data``) reach :func:`eval_counters` alone.
 """
 
 from __future__ import annotations
@@ -303,6 +304,7 @@ def eval_counters(
     xh: Tensor,
     xt: Tensor,
     data: Any,
+    eval_data: Mapping[str, Tensor],
     num_classes: int,
     tau: float,
     own: Tensor | None = None,
@@ -310,6 +312,10 @@ def eval_counters(
     """Correct/count for seen val, seen test, Unseen Node, Missing Class, and the New-Client accuracy.
 
     Args:
+        data: The client's own training ``Data`` (Seen Graph val/test masks).
+        eval_data: The client's own evaluation-only sets (``Client.eval_data``, from
+            :func:`~securefgl.algorithms._fedlog_eval.attach_generalization_sets`); missing keys leave the
+            corresponding counters at zero.
         own: The model's log-probabilities on the client's own graph, if already computed.
 
     Returns:
@@ -322,15 +328,16 @@ def eval_counters(
     for i, m in enumerate((data.val_mask, data.test_mask)):
         correct[i] = int((pred[m] == data.y[m]).sum())
         count[i] = int(m.sum())
-    if getattr(data, "unseen_x", None) is not None:
-        pu = predict(net, xh, xt, data.unseen_x, data.unseen_edge_index, num_classes, tau).argmax(-1)
-        for i, m in ((2, data.unseen_node_mask), (3, data.unseen_cls_mask)):
-            correct[i] = int((pu[m] == data.unseen_y[m]).sum())
+    ev = eval_data
+    if ev.get("unseen_x") is not None:
+        pu = predict(net, xh, xt, ev["unseen_x"], ev["unseen_edge_index"], num_classes, tau).argmax(-1)
+        for i, m in ((2, ev["unseen_node_mask"]), (3, ev["unseen_cls_mask"])):
+            correct[i] = int((pu[m] == ev["unseen_y"][m]).sum())
             count[i] = int(m.sum())
     nc_acc, nc_models = 0.0, 0
-    if getattr(data, "nc_x", None) is not None and data.nc_y.numel():
-        pn = predict(net, xh, xt, data.nc_x, data.nc_edge_index, num_classes, tau).argmax(-1)
-        nc_acc, nc_models = float((pn == data.nc_y).float().mean()), 1
+    if ev.get("nc_x") is not None and ev["nc_y"].numel():
+        pn = predict(net, xh, xt, ev["nc_x"], ev["nc_edge_index"], num_classes, tau).argmax(-1)
+        nc_acc, nc_models = float((pn == ev["nc_y"]).float().mean()), 1
     return correct, count, nc_acc, nc_models
 
 

@@ -27,7 +27,6 @@ Shapes:
 
 from __future__ import annotations
 
-import dataclasses
 import time
 import warnings
 from collections.abc import Mapping, Sequence
@@ -37,6 +36,7 @@ from typing import Any
 import torch
 from torch_geometric.data import Data
 
+from securefgl.data.cross_edges import attach_cross_edges
 from securefgl.errors import ConfigError, PartitionError
 
 __all__ = [
@@ -63,49 +63,6 @@ class SetupTooLargeError(ConfigError):
 
 class SingleContributorWarning(UserWarning):
     """A receiver's sum has a single other contributor, so the sum hides nothing (spec §3.4, §7 item 22)."""
-
-
-def attach_cross_edges(fg: Any) -> Any:
-    """A copy of ``fg`` whose clients also carry what they know of their inter-client edges.
-
-    Adds to every client ``Data``: ``fs_cross_src`` (local index of the own endpoint), ``fs_cross_dst``
-    (global id of the external endpoint), ``fs_cross_owner`` (its owner) and ``fs_num_global`` (``n``).
-
-    Args:
-        fg: A :class:`~securefgl.data.FederatedGraph` (with ``cross_edges`` and ``cross_owners``).
-
-    Raises:
-        PartitionError: ``fg`` has no cross-client edge information (FedStruct needs it).
-    """
-    cross = getattr(fg, "cross_edges", None)
-    owners = getattr(fg, "cross_owners", None)
-    if cross is None or owners is None:
-        raise PartitionError(
-            "FedStruct needs the partition's cross-client edges (FederatedGraph.cross_edges and "
-            f"cross_owners); got cross_edges={cross!r}, cross_owners={owners!r}. Build the partition with "
-            "securefgl.data.partition_graph, which keeps them"
-        )
-    if cross.dim() != 2 or cross.shape[0] != 2 or tuple(owners.shape) != tuple(cross.shape):
-        raise PartitionError(
-            f"cross_edges must be (2, E) with cross_owners of the same shape; got {tuple(cross.shape)} and "
-            f"{tuple(owners.shape)}"
-        )
-    n = int(fg.num_nodes)
-    clients = []
-    for i, c in enumerate(fg.clients):
-        gid = c.global_id.long()
-        local = torch.full((n,), -1, dtype=torch.long)
-        local[gid] = torch.arange(gid.numel())
-        sel = owners[0] == i
-        d = c.clone()
-        d.fs_cross_src = local[cross[0, sel].long()]
-        d.fs_cross_dst = cross[1, sel].long().clone()
-        d.fs_cross_owner = owners[1, sel].long().clone()
-        d.fs_num_global = n
-        if bool((d.fs_cross_src < 0).any()):
-            raise PartitionError(f"client {i}: a cross edge starts at a node the client does not own")
-        clients.append(d)
-    return dataclasses.replace(fg, clients=clients)
 
 
 @dataclass

@@ -54,20 +54,40 @@ Shapes:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
 
-from securefgl.algorithms._adafgl_local import client_homophily_report, prepare_client, train_prepared
+from securefgl.algorithms._adafgl_local import (
+    PreparedClient,
+    StepTwoResult,
+    client_homophily_report,
+    prepare_client,
+    train_prepared,
+)
+from securefgl.algorithms._adafgl_topology import adjacency, homophily_confidence_score
 from securefgl.algorithms.base import Broadcast, Client, Phase, RoundState
 from securefgl.algorithms.fedavg import FedAvg
 from securefgl.algorithms.registry import register_algorithm
-from securefgl.engine.local_training import predict_shared, workspace_generator
 from securefgl.errors import ConfigError, TrainingError
+from securefgl.training.local_training import predict_shared, workspace_generator
 
-__all__ = ["ABLATIONS", "AdaFGL", "AdaFGLOptions", "ablation_options"]
+__all__ = [
+    "ABLATIONS",
+    "AdaFGL",
+    "AdaFGLOptions",
+    "PreparedClient",
+    "StepTwoResult",
+    "ablation_options",
+    "adjacency",
+    "client_homophily_report",
+    "homophily_confidence_score",
+    "prepare_client",
+    "train_prepared",
+]
 
 #: Phase names of an AdaFGL run.
 STEP1 = "federated"
@@ -289,9 +309,6 @@ class AdaFGL(FedAvg):
         """Step 2 on every client with the chosen extractor (``options.extractor``); sends nothing."""
         if not clients:
             return
-        best = clients[0].state.get("adafgl_extractor")
-        if self.options.extractor == "best_val" and best is not None:
-            broadcast = best["params"]
         model = self.setting.make_model(generator=torch.Generator().manual_seed(0))  # structure only
         glob = {n: v.to(clients[0].device) for n, v in broadcast.items()}
         logits = predict_shared(model, glob, clients)
@@ -337,9 +354,7 @@ class AdaFGL(FedAvg):
     ) -> dict[int, torch.Tensor]:
         r"""Extractor scores during step 1; :math:`\log\hat Y` of the personalised model after step 2."""
         if rs.phase != STEP2:
-            scores = super().evaluate(clients, broadcast, rs)
-            self._remember_extractor(clients, broadcast, scores)
-            return scores
+            return super().evaluate(clients, broadcast, rs)
         out = {}
         for c in clients:
             st = c.state.get("adafgl")
@@ -350,27 +365,31 @@ class AdaFGL(FedAvg):
             out[c.id] = st["probs"].clamp_min(1e-12).log()
         return out
 
-    def _remember_extractor(
-        self, clients: Sequence[Client], broadcast: Broadcast, scores: dict[int, torch.Tensor]
-    ) -> None:
-        """Keep, on every client, the step-1 global model with the best node-weighted validation accuracy.
+    # ------------------------------------------------------------------ server side: the extractor --------
 
-        The accuracy is pooled over clients (a sum of two counts per client); the first round wins ties.
+    def server_evaluated(self, server: Any, metrics: Mapping[str, float], rs: RoundState) -> None:
+        r"""Keep the step-1 global model with the best pooled validation accuracy (server side, from sums).
+
+        The accuracy is :math:`\sum_k c_k / \sum_k n_k` of the evaluation sum; the first round wins ties.
         """
-        correct = total = 0
-        for c in clients:
-            mask = c.data.val_mask
-            correct += int((scores[c.id].argmax(1)[mask] == c.data.y[mask]).sum())
-            total += int(mask.sum())
-        if total == 0:
+        if rs.phase == STEP2:
             return
-        acc = correct / total  # the server would broadcast it; each client keeps its copy of the best model
-        kept = None
-        for c in clients:
-            st = c.state.setdefault("adafgl_extractor", {})
-            if "acc" not in st or acc > st["acc"]:
-                kept = kept or {n: v.detach().clone() for n, v in broadcast.items()}
-                st.update(acc=acc, params=kept)
+        acc = float(metrics.get("val_acc_pooled", float("nan")))
+        if math.isnan(acc):
+            return
+        kept = server.get("extractor")
+        if kept is None or acc > kept["acc"]:
+            server["extractor"] = {
+                "acc": acc,
+                "params": {n: v.detach().clone() for n, v in rs.broadcast.items()},
+            }
+
+    def start_phase(self, server: Any, phase: Phase, broadcast: Broadcast) -> Broadcast:
+        """Step 2 starts from the kept extractor (``extractor="best_val"``) or the last global model."""
+        kept = server.get("extractor") if isinstance(server, Mapping) else None
+        if phase.name == STEP2 and self.options.extractor == "best_val" and kept is not None:
+            return dict(kept["params"])
+        return broadcast
 
     def client_report(self, client: Client) -> dict[str, Any]:
         """Client-side diagnostics (spec §6): homophily of the local graph and the client's HCS.

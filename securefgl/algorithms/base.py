@@ -20,7 +20,10 @@ step                      meaning
 ``server_step(...)``      receives :class:`~securefgl.protocols.base.Sums` **only** and returns the new
                           broadcast
 ``personalize_clients``   a ``local`` phase: local-only training (default: a loop over ``personalize``)
-``evaluate``              every client's class scores on all its nodes; the engine computes the metrics
+``evaluate``              every client's class scores on all its nodes (client side); the engine counts them
+                          per client and sums the counts through the protocol
+``server_evaluated``      the server learns from an evaluation sum (AdaFGL keeps its best extractor)
+``start_phase``           the broadcast a phase starts from (server side)
 ========================  ==================================================================================
 
 The server sees sums only, by construction:
@@ -99,7 +102,11 @@ The engine then runs, per round ``r`` of each ``rounds`` phase::
     contribs  = algorithm.client_steps(sampled clients, rs)   # {client id: {block: tensor}}
     sums, tr  = protocol.aggregate(schema, contribs, dropouts=plan, round_index=r)
     broadcast = algorithm.server_step(server_state, sums, rs) # Sums only
-    scores    = algorithm.evaluate(all clients, broadcast, rs)  # every eval_every rounds
+    scores    = algorithm.evaluate(all clients, broadcast, rs)  # every eval_every rounds, client side
+    counts    = protocol.aggregate(eval schema, each client's correct/total/loss counts)
+    algorithm.server_evaluated(server_state, metrics from counts, rs)  # best round, early stop: sums only
+
+and ``algorithm.start_phase(server_state, phase, broadcast)`` picks the broadcast each phase starts from.
 
 Phases. One-shot O-pFGL is ``[Phase("upload", rounds=1, sample=False), Phase("train", kind="local")]``;
 AdaFGL's federated step 1 then local step 2 is ``[Phase("federated", rounds=R), Phase("personalize",
@@ -123,7 +130,7 @@ from securefgl.errors import ConfigError, TrainingError
 if TYPE_CHECKING:
     from torch_geometric.data import Data
 
-    from securefgl.engine.config import TrainConfig
+    from securefgl.config.train import TrainConfig
     from securefgl.nn.registry import ModelSpec
     from securefgl.protocols.base import Sums
     from securefgl.protocols.encoding import SumSchema
@@ -191,12 +198,20 @@ class SumRequest:
         recipient: ``None``: the sum goes to the server step. A client id: the sum is revealed to that client
             only (designated-recipient mode; the server relays) and lands in ``client.inbox[key]``.
         participants: Client ids that contribute; ``None`` means every client of the round.
+        relay: With a ``recipient``: the server also relays the recipient's released sum (under CKKS a
+            ciphertext only the clients can decrypt) to every other participant, so each client finds the same
+            sum in its own ``inbox[key]`` (O-pFGL variant A.5). (default: ``False``)
     """
 
     key: str
     schema: SumSchema
     recipient: int | None = None
     participants: tuple[int, ...] | None = None
+    relay: bool = False
+
+    def __post_init__(self) -> None:
+        if self.relay and self.recipient is None:
+            raise ConfigError(f"sum {self.key!r}: relay=True needs a designated recipient")
 
 
 @dataclass(frozen=True)
@@ -231,8 +246,10 @@ class Client:
         generator: The client's own seeded torch generator (dropout, sampling).
         state: The algorithm's persistent per-client state (filled by :meth:`Algorithm.init_client`).
         inbox: Designated-recipient sums delivered to this client, by request key.
+        eval_data: Test data that arrives at the client later (FedLoG's unseen-node, missing-class and
+            new-client sets): read by evaluation code only, never by training. (default: empty)
         workspace: Scratch space shared by all simulated clients of the run (client side only, e.g. the
-            batched graph layout of :mod:`securefgl.engine.local_training`); no server step receives it.
+            batched graph layout of :mod:`securefgl.training.local_training`); no server step receives it.
         losses: Training losses reported with :meth:`record_loss` in the current round.
     """
 
@@ -241,6 +258,7 @@ class Client:
     generator: torch.Generator
     state: dict[str, Any] = field(default_factory=dict)
     inbox: dict[str, Sums] = field(default_factory=dict)
+    eval_data: dict[str, Any] = field(default_factory=dict)
     workspace: dict[str, Any] = field(default_factory=dict)
     losses: list[float] = field(default_factory=list)
 
@@ -274,7 +292,7 @@ class Setting:
         num_nodes: Total nodes of the federated graph (public; used for count bounds).
         count_bound: Public upper bound on any one client's node count (bounds count blocks and weights).
         model: The model architecture (:class:`securefgl.nn.ModelSpec`).
-        train: Optimisation settings (:class:`securefgl.engine.config.TrainConfig`).
+        train: Optimisation settings (:class:`securefgl.config.TrainConfig`).
         device: Where tensors live.
         max_clients_per_round: The most clients a round invites (``max_clients`` of schemas).
         protocol: Name of the aggregation protocol (public; e.g. a ``+dp`` name makes FedAvg upload
@@ -332,7 +350,7 @@ def parse_options(options_cls: type, options: Mapping[str, Any] | None, *, where
     Unknown keys, wrong types and out-of-range values (checked in the dataclass's ``__post_init__``) raise
     :class:`~securefgl.errors.ConfigError` naming the key and the valid choices.
     """
-    from securefgl.config import build
+    from securefgl.config.loader import build
 
     return build(options_cls, dict(options or {}), where=where)
 
@@ -364,6 +382,8 @@ class Algorithm:
         batched: Whether :meth:`client_steps` trains the clients of a round together.
         needs_global_graph: Whether the algorithm trains on the whole graph (Centralized, the non-private
             reference): the engine then puts ``FederatedGraph.global_data()`` in ``workspace["global_data"]``.
+        needs_cross_edges: Whether each client needs its view of its inter-client edges (FedStruct): the engine
+            then prepares the clients with :func:`securefgl.data.cross_edges.attach_cross_edges`.
     """
 
     name: ClassVar[str] = ""
@@ -373,6 +393,7 @@ class Algorithm:
     dp_blocks: ClassVar[bool] = False
     batched: ClassVar[bool] = False
     needs_global_graph: ClassVar[bool] = False
+    needs_cross_edges: ClassVar[bool] = False
 
     def __init__(self, setting: Setting, options: Any = None) -> None:
         self.setting = setting
@@ -449,7 +470,7 @@ class Algorithm:
     def client_steps(self, clients: Sequence[Client], rs: RoundState) -> dict[int, Any]:
         """Every invited client's output for round ``rs`` (default: ``client_step`` per client).
 
-        Override to train the clients of a round together (see :mod:`securefgl.engine.local_training`).
+        Override to train the clients of a round together (see :mod:`securefgl.training.local_training`).
         """
         return {c.id: self.client_step(c, rs) for c in clients}
 
@@ -485,6 +506,18 @@ class Algorithm:
         """
         return rs.broadcast
 
+    def server_evaluated(self, server: Any, metrics: Mapping[str, float], rs: RoundState) -> None:
+        """Learn from an evaluation, on the server: ``metrics`` come from the evaluation sum only.
+
+        ``metrics`` has the keys of :func:`securefgl.engine.evaluation.metrics_from_sums` (``val_acc``,
+        ``val_acc_pooled``, ...). Default: nothing (the engine's own best-round rule needs no help). AdaFGL keeps
+        the step-1 model with the best pooled validation accuracy here.
+        """
+
+    def start_phase(self, server: Any, phase: Phase, broadcast: Broadcast) -> Broadcast:
+        """The broadcast a phase starts from, decided on the server (default: the latest one)."""
+        return broadcast
+
     # ------------------------------------------------------------------ evaluation -----------------------
 
     def evaluate(
@@ -492,7 +525,8 @@ class Algorithm:
     ) -> dict[int, torch.Tensor]:
         """Each client's class scores on all its nodes, ``{client id: (N_k, C)}``, with the model it would use.
 
-        The engine computes accuracy and F1 from these on each client's masks. Default: the model in
+        Each client's metrics are computed from these on its own masks (client side); only their sums reach the
+        server (:mod:`securefgl.engine.evaluation`). Default: the model in
         ``client.state["model"]``.
         """
         out = {}

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 from securefgl.algorithms.base import Algorithm, Broadcast, Client, Phase, RoundState
 from securefgl.algorithms.registry import register_algorithm
-from securefgl.engine.local_training import make_optimizer, seed_from, workspace_generator
+from securefgl.training.local_training import make_optimizer, seed_from, workspace_generator
 
 __all__ = ["Centralized"]
 

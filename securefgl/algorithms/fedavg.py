@@ -22,7 +22,7 @@ With ``upload="delta"`` (chosen automatically under a ``+dp`` protocol) the clie
 L2-clips and noises them), and a count of 1; the server applies
 :math:`w \leftarrow w + \sum_k \Delta_k / \sum_k 1`. Weighting by node count would make one client's
 influence, and so the noise needed, grow with its size; the delta form keeps the sensitivity at the clip norm. The clients of a round train together
-(:func:`securefgl.engine.local_training.train_clients`). With ``finetune_epochs > 0`` a local phase after the
+(:func:`securefgl.training.local_training.train_clients`). With ``finetune_epochs > 0`` a local phase after the
 last round fine-tunes the global model on each client (FedAvg+FT, the O-pFGL baseline).
 
 Args:
@@ -55,16 +55,16 @@ from securefgl.algorithms.base import (
     RoundState,
 )
 from securefgl.algorithms.registry import register_algorithm
-from securefgl.engine.local_training import (
+from securefgl.errors import ConfigError
+from securefgl.protocols.base import Sums
+from securefgl.protocols.encoding import BlockSpec, SumSchema
+from securefgl.training.local_training import (
     predict_shared,
     predict_stacked,
     train_clients,
     train_clients_sequential,
     workspace_generator,
 )
-from securefgl.errors import ConfigError
-from securefgl.protocols.base import Sums
-from securefgl.protocols.encoding import BlockSpec, SumSchema
 
 __all__ = ["FedAvg"]
 

@@ -41,7 +41,8 @@ Evaluation (spec §1.2): the engine's metrics are the local models' Seen-Graph v
 generalisation metrics (Seen Graph, Unseen Node, Missing Class pooled; New Client mean over local models) are
 summed securely as integer counters in each round's upload; the server's history and the best-round pick (by
 pooled Seen-Graph val accuracy, later rounds win ties) are in ``run_report``. Attach the test sets with
-:func:`attach_generalization_sets`.
+:func:`attach_generalization_sets`: they go to ``FederatedGraph.client_eval``, which the engine hands to each
+client as ``Client.eval_data``; only the evaluation counters read them, never the training steps.
 
 Args:
     num_proto: ``m``, synthetic nodes per class and branch. (default: ``20``)
@@ -101,13 +102,7 @@ from securefgl.algorithms._fedlog_client import (
     pretrain_prompt,
     warmup_embedder,
 )
-from securefgl.algorithms._fedlog_eval import (
-    ClaimCheck,
-    ClaimVerdict,
-    attach_generalization_sets,
-    best_round,
-    claim_verdicts,
-)
+from securefgl.algorithms._fedlog_eval import attach_generalization_sets, best_round
 from securefgl.algorithms._fedlog_model import FedLoGNet, PromptGenerator, degree_alpha, init_fedlog
 from securefgl.algorithms.base import (
     Algorithm,
@@ -118,19 +113,12 @@ from securefgl.algorithms.base import (
     SumRequest,
 )
 from securefgl.algorithms.registry import register_algorithm
-from securefgl.engine.local_training import seed_from
 from securefgl.errors import ConfigError
 from securefgl.protocols.base import Sums
 from securefgl.protocols.encoding import BlockSpec, SumSchema
+from securefgl.training.local_training import seed_from
 
-__all__ = [
-    "ClaimCheck",
-    "ClaimVerdict",
-    "FedLoG",
-    "attach_generalization_sets",
-    "best_round",
-    "claim_verdicts",
-]
+__all__ = ["FedLoG", "attach_generalization_sets", "best_round"]
 
 _EVAL_NAMES = ("seen_val", "seen_test", "unseen_node", "missing_class")
 
@@ -461,7 +449,7 @@ class FedLoG(Algorithm):
 
         st["scores"] = predict(net, st["xh"], st["xt"], client.data.x, client.data.edge_index, c, o.tau)
         correct, count, nc_acc, nc_models = eval_counters(
-            net, st["xh"], st["xt"], client.data, c, o.tau, own=st["scores"]
+            net, st["xh"], st["xt"], client.data, client.eval_data, c, o.tau, own=st["scores"]
         )
         wk = 1 if o.weighting == "uniform" else client.num_train
         rho = st["rho"].float().to(dev)

@@ -265,7 +265,7 @@ class FedSpray(Algorithm):
     # ------------------------------------------------------------------ client side ----------------------
 
     def init_client(self, client: Client) -> None:
-        from securefgl.engine.local_training import seed_from
+        from securefgl.training.local_training import seed_from
 
         gen = seed_from(client.generator)
         model = self.setting.make_model(generator=gen)
@@ -327,7 +327,7 @@ class FedSpray(Algorithm):
         )
 
     def client_steps(self, clients: Sequence[Client], rs: RoundState) -> dict[int, Any]:
-        from securefgl.engine.local_training import workspace_generator
+        from securefgl.training.local_training import workspace_generator
 
         pack = self._pack(clients)
         enc, proxies = _unpack_broadcast(rs.broadcast)

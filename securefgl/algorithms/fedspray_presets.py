@@ -1,7 +1,7 @@
 """Named run-config presets for FedSpray: the paper's settings and the official code's behaviour.
 
 A preset is a nested mapping of run-config overrides (the sections of
-:class:`securefgl.engine.config.RunConfig`); it sets the algorithm, its options and the training settings
+:class:`securefgl.config.RunConfig`); it sets the algorithm, its options and the training settings
 that FedSpray fixes, and leaves the dataset, the partition, the protocol and the backbone (``model.name``)
 to the user. Later overrides (a config file, ``section.key=value`` flags) win over a preset.
 

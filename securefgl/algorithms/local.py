@@ -5,7 +5,7 @@ r"""Local (standalone) training: every client trains its own model on its own su
 
 No sum is computed, so the protocol is unused and the server learns nothing. Each client initialises its
 model from its own generator; a round is ``E`` local epochs (optimiser state kept or reset as
-``train.optimizer_state`` says, as in FedAvg), and the clients train together (:func:`securefgl.engine.local_training.train_clients`). This is the lower reference
+``train.optimizer_state`` says, as in FedAvg), and the clients train together (:func:`securefgl.training.local_training.train_clients`). This is the lower reference
 of personalised federated learning.
 
 Shapes:
@@ -21,7 +21,7 @@ import torch
 
 from securefgl.algorithms.base import Algorithm, Broadcast, Client, Phase, RoundState
 from securefgl.algorithms.registry import register_algorithm
-from securefgl.engine.local_training import (
+from securefgl.training.local_training import (
     predict_stacked,
     seed_from,
     stack_params,

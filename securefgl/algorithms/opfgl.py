@@ -394,9 +394,9 @@ class OPFGL(Algorithm):
     def requests(self, rs: RoundState) -> Sequence[SumRequest]:
         if self.options.generation == "server":
             return (SumRequest(STATS, self.build_schema()),)
-        # A.5: the sum is revealed to a client (under CKKS the server only adds ciphertexts); every other
-        # client receives the same encrypted sum relayed (see personalize_clients).
-        return (SumRequest(STATS, self.build_schema(), recipient=min(rs.clients)),)
+        # A.5: the sum is revealed to the clients only (under CKKS the server only adds ciphertexts): the
+        # server relays the recipient's released sum to every participant, into each client's own inbox.
+        return (SumRequest(STATS, self.build_schema(), recipient=min(rs.clients), relay=True),)
 
     # ------------------------------------------------------------------ client side ---------------------
 
@@ -599,28 +599,37 @@ class OPFGL(Algorithm):
     def _client_generation(
         self, clients: Sequence[Client], broadcast: Broadcast
     ) -> dict[int, PseudoGraph | None]:
-        """Variant A.5: every client rebuilds ``G'`` from the decrypted sum and the shared seed."""
-        holders = [c for c in clients if STATS in c.inbox]
-        if not holders:
-            raise TrainingError("O-pFGL A.5: no client received the summed statistics")
-        relayed = holders[0].inbox[STATS]
+        """Variant A.5: every client rebuilds ``G'`` from the sum in its own inbox and the shared seed.
+
+        The engine relays the released sum to every participant (``SumRequest(relay=True)``); each client
+        reads only ``client.inbox``. The final digest comparison is the run's consistency check over the
+        clients' *digests* (what a deployment would exchange), not over their data.
+        """
         graphs: dict[int, PseudoGraph | None] = {}
         digests: dict[int, str] = {}
         for c in clients:
-            # The server relays the same encrypted sum to every client; each decrypts it locally.
-            sums = c.inbox.get(STATS, relayed)
-            graph, report = self._generate(
-                sums, int(broadcast["generation_seed"]), int(broadcast["model_seed"])
-            )
+            graph = self._client_graph(c, broadcast)
             graphs[c.id] = graph
-            digests[c.id] = graph.digest() if graph is not None else "empty"
-            c.state.setdefault("opfgl", {})["report"] = report
-            c.state["opfgl"]["pseudo_graph_digest"] = digests[c.id]
+            digests[c.id] = c.state["opfgl"]["pseudo_graph_digest"]
         if len(set(digests.values())) != 1:
             raise InconsistentViewError(
                 f"O-pFGL A.5: clients built different pseudo-graphs from the same sums and seed: {digests}"
             )
         return graphs
+
+    def _client_graph(self, client: Client, broadcast: Broadcast) -> PseudoGraph | None:
+        """One client's A.5 generation: ``G'`` from the sum in its own inbox (decrypted locally) and the seeds."""
+        sums = client.inbox.get(STATS)
+        if sums is None:
+            raise TrainingError(
+                f"O-pFGL A.5: client {client.id} has no summed statistics in its inbox "
+                f"(the {STATS!r} sum must be relayed to every participant: SumRequest(relay=True))"
+            )
+        graph, report = self._generate(sums, int(broadcast["generation_seed"]), int(broadcast["model_seed"]))
+        st = client.state.setdefault("opfgl", {})
+        st["report"] = report
+        st["pseudo_graph_digest"] = graph.digest() if graph is not None else "empty"
+        return graph
 
     def _personalize_one(
         self,

@@ -1,6 +1,6 @@
 """Named run presets for O-pFGL: the paper's per-dataset settings (spec ``shared/specs/opfgl.md`` §4.3).
 
-A preset is a nested run-config mapping (the sections of :class:`securefgl.engine.config.RunConfig`) for one
+A preset is a nested run-config mapping (the sections of :class:`securefgl.config.RunConfig`) for one
 ``(dataset, partition)``; explicit options given on the command line or in a config file are merged on top
 of it. ``opfgl-paper`` reproduces ``run_main.sh`` of the paper's release: 10 clients, a 2-layer GCN with 64
 hidden units and no dropout, ``h = 1``, seeds 0, 1, 2 over one partition, and the per-dataset condensation,
@@ -9,8 +9,7 @@ stage, γ, label-propagation and HRE settings below.
 Example::
 
     from securefgl.algorithms.opfgl_presets import preset_config
-    from securefgl.config import merge
-    from securefgl.engine.config import RunConfig
+    from securefgl.config import RunConfig, merge
 
     cfg = RunConfig.from_mapping(merge(preset_config("opfgl-paper", dataset="Cora", partition="louvain+"),
                                        {"protocol": {"name": "secagg"}}))

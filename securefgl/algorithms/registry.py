@@ -1,9 +1,11 @@
 """Algorithms by name, and the compatibility check that runs before any work starts.
 
 Algorithms register themselves with :func:`register_algorithm` when their module is imported (the
-package ``securefgl.algorithms`` imports every built-in one). Names are normalised (case-insensitive,
-``_`` and ``-`` equivalent); an unknown name raises :class:`~securefgl.errors.ConfigError` listing the
-valid ones; registering a name twice is refused unless ``force=True``.
+package ``securefgl.algorithms`` imports every built-in one, and Python runs a package's ``__init__``
+before any of its modules, so the built-ins are registered before any lookup here). Names are normalised
+(case-insensitive, ``_`` and ``-`` equivalent); an unknown name raises
+:class:`~securefgl.errors.ConfigError` listing the valid ones; registering a name twice is refused unless
+``force=True``. :func:`check_algorithm_options` validates the ``[algorithm]`` section of a run config.
 
 :func:`check_combination` validates algorithm x protocol x model x dataset (plus client count and dropout)
 and raises one :class:`~securefgl.errors.UnsupportedCombinationError` that lists *every* problem, each with
@@ -15,11 +17,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, overload
 
-from securefgl.algorithms.base import Algorithm, CompatibilityProblem, Setting
+from securefgl.algorithms.base import Algorithm, CompatibilityProblem, Setting, parse_options
 from securefgl.errors import ConfigError, UnsupportedCombinationError
 
 __all__ = [
     "available_algorithms",
+    "check_algorithm_options",
     "check_combination",
     "create_algorithm",
     "find_problems",
@@ -76,13 +79,8 @@ def register_algorithm(cls: A | None = None, *, force: bool = False) -> A | Call
     return deco if cls is None else deco(cls)
 
 
-def _ensure_builtins() -> None:
-    import securefgl.algorithms  # noqa: F401 - importing the package registers the built-in algorithms
-
-
 def available_algorithms() -> list[str]:
     """Sorted names of every registered algorithm."""
-    _ensure_builtins()
     return sorted(_REGISTRY)
 
 
@@ -92,7 +90,6 @@ def get_algorithm(name: str) -> type[Algorithm]:
     Raises:
         ConfigError: Unknown name; the message lists the valid ones.
     """
-    _ensure_builtins()
     key = normalize_name(name)
     try:
         return _REGISTRY[key]
@@ -100,6 +97,25 @@ def get_algorithm(name: str) -> type[Algorithm]:
         raise ConfigError(
             f"unknown algorithm {name!r}; valid choices: {', '.join(sorted(_REGISTRY))}"
         ) from None
+
+
+def check_algorithm_options(name: str, options: Mapping[str, Any] | None, *, where: str) -> str:
+    """Validate an algorithm name and its options (the ``[algorithm]`` section of a run config).
+
+    Args:
+        name: Algorithm name, in any spelling :func:`normalize_name` accepts.
+        options: The options, validated against the algorithm's ``Options`` dataclass.
+        where: Dotted key used in error messages, e.g. ``"algorithm.options"``.
+
+    Returns:
+        The canonical name.
+
+    Raises:
+        ConfigError: Unknown name (listing the valid ones), or invalid options (naming the key).
+    """
+    cls = get_algorithm(name)
+    parse_options(cls.Options, options, where=where)
+    return normalize_name(name)
 
 
 def create_algorithm(name: str, setting: Setting, options: Mapping[str, Any] | Any = None) -> Algorithm:
@@ -143,7 +159,6 @@ def find_problems(
         dropout: Fraction of each round's clients that drop out.
     """
     problems: list[CompatibilityProblem] = []
-    _ensure_builtins()
     akey = normalize_name(algorithm)
     cls = _REGISTRY.get(akey)
     if cls is None:
@@ -192,8 +207,6 @@ def find_problems(
     if cls is not None:
         if options is not None:
             try:
-                from securefgl.algorithms.base import parse_options
-
                 parse_options(cls.Options, options, where=f"algorithm.options ({cls.name})")
             except ConfigError as exc:
                 problems.append(CompatibilityProblem(str(exc), "fix the algorithm options", True))

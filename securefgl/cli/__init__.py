@@ -11,22 +11,13 @@ import sys
 
 import typer
 
+from securefgl.cli._app import app
 from securefgl.errors import SecureFGLError
 
-app = typer.Typer(
-    name="securefgl",
-    help=(
-        "Privacy-preserving federated graph learning: the server only ever sees sums.\n\n"
-        "Exit codes: 0 ok, 1 other error, 2 bad configuration, 3 unsupported combination, "
-        "4 dataset files missing, 5 training failed, 6 protocol aborted."
-    ),
-    no_args_is_help=True,
-    add_completion=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
-    pretty_exceptions_enable=False,
-)
+__all__ = ["app", "main"]
 
-# Command modules register themselves on ``app`` when imported (one import per module, below).
+# Command modules register themselves on ``app`` (securefgl.cli._app) when imported, in the order
+# ``securefgl --help`` lists them (one import per module, below).
 # --- command modules ---
 import securefgl.cli.data_cmds  # noqa: E402, F401, I001
 import securefgl.cli.bench_cmd  # noqa: E402, F401, I001
@@ -42,6 +33,3 @@ def main(argv: list[str] | None = None) -> None:
     except SecureFGLError as exc:
         typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
         sys.exit(exc.exit_code)
-
-
-__all__ = ["app", "main"]

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
-from securefgl.cli import app
+from securefgl.cli._app import app
 from securefgl.errors import ConfigError, SecureFGLError
 
 __all__ = ["audit_command"]

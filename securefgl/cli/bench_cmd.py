@@ -21,7 +21,7 @@ from securefgl.benchmarking import (
     run_benchmarks,
     to_json,
 )
-from securefgl.cli import app
+from securefgl.cli._app import app
 
 __all__ = ["FULL_SECTIONS", "bench_app", "protocols"]
 

@@ -15,7 +15,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from securefgl.cli import app
+from securefgl.cli._app import app
 from securefgl.config import DataConfig, build, load_mapping, merge, parse_overrides, save_config, to_dict
 from securefgl.data.partition import partition_methods
 from securefgl.errors import ConfigError, SecureFGLError

@@ -16,7 +16,7 @@ from typing import Annotated, Any
 
 import typer
 
-from securefgl.cli import app
+from securefgl.cli._app import app
 from securefgl.errors import ConfigError, SecureFGLError
 
 __all__ = ["run_command"]
@@ -181,8 +181,7 @@ def run_command(
 
 
 def _run(opts: dict[str, Any]) -> None:
-    from securefgl.config import merge, parse_overrides
-    from securefgl.engine.config import load_run_config
+    from securefgl.config import load_run_config, merge, parse_overrides
 
     split = opts["split"]
     if split is not None and split != "public":
@@ -234,7 +233,7 @@ def _run(opts: dict[str, Any]) -> None:
     )
 
     import securefgl
-    from securefgl.engine.device import tune_cpu_allocator
+    from securefgl.training.device import tune_cpu_allocator
 
     tune_cpu_allocator()  # large batched-training buffers: avoid a page fault storm per epoch (Linux glibc)
     quiet, as_json = opts["quiet"], opts["as_json"]

@@ -39,6 +39,9 @@ class FederatedGraph:
         held_out: FedLoG's new client (``global_id``, ``x``, ``y``, local ``edge_index``, ``test_mask`` all
             true), or ``None``.
         source: The whole source graph (global ids), used by :meth:`global_data`.
+        client_eval: Per client, evaluation-only tensors that arrive at the client later (FedLoG's
+            generalisation sets); the engine hands client ``k`` its own entry as ``Client.eval_data``, apart
+            from the ``Data`` that training reads. ``None`` when there are none.
 
     Invariants (tested): every node is in at most one client, clients' ``global_id`` sets are disjoint; the
     source edge set equals the clients' local edges (minus injected ones) plus ``cross_edges`` plus
@@ -58,6 +61,7 @@ class FederatedGraph:
     unowned_edges: torch.Tensor = field(default_factory=lambda: torch.empty(2, 0, dtype=torch.long))
     held_out: Data | None = None
     source: Data | None = field(default=None, repr=False)
+    client_eval: list[dict[str, torch.Tensor]] | None = field(default=None, repr=False)
 
     @property
     def num_clients(self) -> int:

@@ -56,7 +56,7 @@ import numpy as np
 import torch
 from torch_geometric.data import Data
 
-from securefgl.config import build, to_dict
+from securefgl.config.loader import build, to_dict
 from securefgl.data.cache import CACHE_VERSION, cache_key, graph_fingerprint, load_cached, store_cached
 from securefgl.data.federated import FederatedGraph, build_federated_graph
 from securefgl.data.homophily import class_homophily, edge_homophily, node_homophily
@@ -85,7 +85,7 @@ __all__ = [
 
 
 # --------------------------------------------------------------------------------------------------------
-# Parameters of each method (validated with securefgl.config.build: unknown keys and bad values rejected)
+# Parameters of each method (validated with securefgl.config.loader.build: unknown keys and bad values rejected)
 # --------------------------------------------------------------------------------------------------------
 
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from securefgl.config import save_config
 
 if TYPE_CHECKING:
-    from securefgl.engine.config import RunConfig
+    from securefgl.config import RunConfig
     from securefgl.engine.runner import SeedResult
 
 __all__ = ["write_results"]

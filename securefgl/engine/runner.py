@@ -15,21 +15,37 @@ from __future__ import annotations
 import hashlib
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
-from securefgl.algorithms.base import MAIN, Algorithm, Client, Phase, RoundState, Setting
+from securefgl.algorithms.base import Algorithm, Client, Phase, RoundState, Setting, SumRequest
 from securefgl.algorithms.registry import create_algorithm, get_algorithm
-from securefgl.engine.config import RunConfig
-from securefgl.engine.metrics import ClientMetrics, aggregate_clients, client_metrics
-from securefgl.errors import ConfigError, NonFiniteError, SecureFGLError, TrainingError
-from securefgl.protocols.base import DropoutPlan, Protocol, Sums
+from securefgl.config.run import RunConfig
+from securefgl.data.cross_edges import attach_cross_edges
+from securefgl.engine.evaluation import EVAL_KEY, evaluation_contribution, evaluation_schema
+from securefgl.engine.hooks import AggregateEvent, EvaluateEvent, RoundEvent, RunHooks, StartEvent
+from securefgl.engine.metrics import client_metrics
+from securefgl.engine.records import EvalRecord, RoundRecord, SeedResult
+from securefgl.engine.server import FederationServer
+from securefgl.errors import ConfigError, NonFiniteError, ProtocolError, SecureFGLError, TrainingError
+from securefgl.protocols.base import DropoutPlan, Protocol, Sums, Transcript
+from securefgl.protocols.dp import DistributedDP
+from securefgl.protocols.encoding import SumSchema
 
-__all__ = ["EvalRecord", "RoundRecord", "SeedResult", "broadcast_nbytes", "run_seed"]
+__all__ = [
+    "EvalRecord",
+    "RoundRecord",
+    "SeedResult",
+    "broadcast_nbytes",
+    "make_setting",
+    "phase_rounds",
+    "round_context",
+    "run_seed",
+    "start_seed",
+]
 
 
 def broadcast_nbytes(broadcast: Mapping[str, torch.Tensor]) -> int:
@@ -37,7 +53,7 @@ def broadcast_nbytes(broadcast: Mapping[str, torch.Tensor]) -> int:
     return int(sum(t.numel() * t.element_size() for t in broadcast.values()))
 
 
-def _context(broadcast: Mapping[str, torch.Tensor]) -> bytes:
+def round_context(broadcast: Mapping[str, torch.Tensor]) -> bytes:
     """Public round context: a hash of what the server broadcast (bound into protocol sessions)."""
     h = hashlib.sha256(b"securefgl.round-context.v1")
     for k in sorted(broadcast):
@@ -46,161 +62,6 @@ def _context(broadcast: Mapping[str, torch.Tensor]) -> bytes:
         h.update(str(tuple(t.shape)).encode() + str(t.dtype).encode())
         h.update(t.cpu().contiguous().view(torch.uint8).numpy().tobytes() if t.numel() else b"")
     return h.digest()
-
-
-@dataclass
-class EvalRecord:
-    """Metrics of one evaluation: overall (``overall``) and per client."""
-
-    phase: str
-    round: int
-    overall: dict[str, float]
-    per_client: list[ClientMetrics]
-
-
-@dataclass
-class RoundRecord:
-    """What happened in one round (or one local phase)."""
-
-    phase: str
-    round: int
-    global_round: int
-    clients: list[int]
-    loss: float
-    bytes_up: dict[int, int]
-    bytes_down: dict[int, int]
-    train_seconds: float
-    crypto_seconds: float
-    server_seconds: float
-    eval_seconds: float = 0.0
-    dropped: dict[int, str] = field(default_factory=dict)
-    excluded: dict[int, str] = field(default_factory=dict)
-    clip_counts: dict[str, int] = field(default_factory=dict)
-    metrics: dict[str, float] | None = None
-    privacy: dict[str, Any] | None = None
-
-    @property
-    def total_up(self) -> int:
-        return sum(self.bytes_up.values())
-
-    @property
-    def total_down(self) -> int:
-        return sum(self.bytes_down.values())
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "phase": self.phase,
-            "round": self.round,
-            "global_round": self.global_round,
-            "num_clients": len(self.clients),
-            "clients": list(self.clients),
-            "loss": self.loss,
-            "bytes_up": self.total_up,
-            "bytes_down": self.total_down,
-            "bytes_up_per_client": {str(k): v for k, v in self.bytes_up.items()},
-            "bytes_down_per_client": {str(k): v for k, v in self.bytes_down.items()},
-            "train_seconds": self.train_seconds,
-            "crypto_seconds": self.crypto_seconds,
-            "server_seconds": self.server_seconds,
-            "eval_seconds": self.eval_seconds,
-            "dropped": {str(k): v for k, v in self.dropped.items()},
-            "excluded": {str(k): v for k, v in self.excluded.items()},
-            "clip_counts": dict(self.clip_counts),
-            "metrics": self.metrics,
-            "privacy": self.privacy,
-        }
-
-
-@dataclass
-class SeedResult:
-    """One seed's run: round records, evaluations and the selected final metrics."""
-
-    seed: int
-    rounds: list[RoundRecord] = field(default_factory=list)
-    evals: list[EvalRecord] = field(default_factory=list)
-    final: EvalRecord | None = None
-    stopped_early: dict[str, int] = field(default_factory=dict)
-    report: dict[str, Any] = field(default_factory=dict)
-    seconds: float = 0.0
-    status: str = "ok"
-    error: str | None = None
-
-    # -------------------------------------------------------------- totals -----------------------------
-
-    @property
-    def bytes_up(self) -> int:
-        return sum(r.total_up for r in self.rounds)
-
-    @property
-    def bytes_down(self) -> int:
-        return sum(r.total_down for r in self.rounds)
-
-    def client_bytes(self) -> dict[int, tuple[int, int]]:
-        out: dict[int, list[int]] = {}
-        for r in self.rounds:
-            for c, b in r.bytes_up.items():
-                out.setdefault(c, [0, 0])[0] += b
-            for c, b in r.bytes_down.items():
-                out.setdefault(c, [0, 0])[1] += b
-        return {c: (u, d) for c, (u, d) in out.items()}
-
-    @property
-    def train_seconds(self) -> float:
-        return sum(r.train_seconds + r.server_seconds for r in self.rounds)
-
-    @property
-    def crypto_seconds(self) -> float:
-        return sum(r.crypto_seconds for r in self.rounds)
-
-    @property
-    def eval_seconds(self) -> float:
-        return sum(r.eval_seconds for r in self.rounds)
-
-    @property
-    def num_dropped(self) -> int:
-        return sum(len(r.dropped) for r in self.rounds)
-
-    def summary(self) -> dict[str, float]:
-        """Final metrics plus totals, flat (for mean/std over seeds)."""
-        out: dict[str, float] = dict(self.final.overall) if self.final else {}
-        out.update(
-            {
-                "rounds": float(sum(1 for r in self.rounds if r.phase != "local")),
-                "best_round": float(self.final.round) if self.final else float("nan"),
-                "bytes_up": float(self.bytes_up),
-                "bytes_down": float(self.bytes_down),
-                "train_seconds": self.train_seconds,
-                "crypto_seconds": self.crypto_seconds,
-                "eval_seconds": self.eval_seconds,
-                "seconds": self.seconds,
-                "dropouts": float(self.num_dropped),
-            }
-        )
-        spent = [r.privacy for r in self.rounds if r.privacy]
-        if spent:  # a +dp protocol: the guarantee after the last noised sum
-            out["dp_epsilon"] = float(spent[-1]["epsilon"])
-            out["dp_delta"] = float(spent[-1]["delta"])
-        return out
-
-    def to_dict(self) -> dict[str, Any]:
-        final = None
-        if self.final is not None:
-            final = {
-                "phase": self.final.phase,
-                "round": self.final.round,
-                "overall": self.final.overall,
-                "per_client": [c.row() for c in self.final.per_client],
-            }
-        return {
-            "seed": self.seed,
-            "status": self.status,
-            "error": self.error,
-            "summary": self.summary(),
-            "final": final,
-            "stopped_early": self.stopped_early,
-            "report": self.report,
-            "rounds": [r.to_dict() for r in self.rounds],
-        }
 
 
 def _check_finite_losses(clients: Sequence[Client], phase: str, rnd: int) -> list[float]:
@@ -252,8 +113,8 @@ def run_seed(
     seed: int,
     device: torch.device,
     *,
-    on_round: Callable[[RoundRecord], None] | None = None,
-    on_start: Callable[[list[Phase]], None] | None = None,
+    hooks: RunHooks | None = None,
+    max_rounds: int | None = None,
 ) -> SeedResult:
     """Run the configured algorithm on ``fg`` for one seed.
 
@@ -262,17 +123,19 @@ def run_seed(
         fg: The :class:`~securefgl.data.FederatedGraph`.
         seed: Training seed (models, dropout masks, client sampling, dropout plans).
         device: Where every tensor of the run lives.
-        on_round: Called after every round (and local phase) with its record (progress display).
-        on_start: Called once the algorithm is built, with its phases.
+        hooks: Observers of the run (:class:`~securefgl.engine.hooks.RunHooks`: progress, audits).
+        max_rounds: Cap on the rounds of every ``rounds`` phase (short audits of long runs); ``None``: none.
 
     Raises:
         NonFiniteError: A NaN/Inf loss or upload; ``exc.partial`` holds the :class:`SeedResult` so far.
         SecureFGLError: Any other failure; ``exc.partial`` likewise.
     """
+    if max_rounds is not None and (isinstance(max_rounds, bool) or int(max_rounds) < 1):
+        raise ConfigError(f"max_rounds must be an integer >= 1 or None, got {max_rounds!r}")
     result = SeedResult(seed=seed)
     t_start = time.perf_counter()
     try:
-        _run(config, fg, seed, device, result, on_round, on_start)
+        _Run(config, fg, seed, device, result, hooks or RunHooks(), max_rounds).execute()
     except SecureFGLError as exc:
         result.status, result.error = "failed", f"{type(exc).__name__}: {exc}"
         result.seconds = time.perf_counter() - t_start
@@ -282,191 +145,180 @@ def run_seed(
     return result
 
 
-def _run(
-    config: RunConfig,
-    fg: Any,
-    seed: int,
-    device: torch.device,
-    result: SeedResult,
-    on_round: Callable[[RoundRecord], None] | None,
-    on_start: Callable[[list[Phase]], None] | None,
-) -> None:
-    train = config.train
-    k_all = fg.num_clients
-    per_round = train.clients_in_round(k_all)
-    setting = make_setting(config, fg, device)
-    algorithm: Algorithm = create_algorithm(config.algorithm.name, setting, config.algorithm.options)
-    phases = list(algorithm.phases(train))
-    if on_start:
-        on_start(phases)
-    protocol: Protocol | None = None
-    if algorithm.uses_protocol:
-        protocol = _build_protocol(config, per_round, k_all)
+def phase_rounds(phase: Phase, train: Any, max_rounds: int | None = None) -> int:
+    """Rounds a phase runs at most (a ``local`` phase counts as one)."""
+    if phase.kind == "local":
+        return 1
+    n = phase.rounds if phase.rounds is not None else int(train.rounds)
+    return min(n, max_rounds) if max_rounds is not None else n
 
-    clients, server, broadcast, sampling_rng = start_seed(algorithm, fg, seed, device)
 
-    global_round = 0
-    best: EvalRecord | None = None
-    delivered: Mapping[str, torch.Tensor] | None = None  # the broadcast the clients were last charged for
-    for phase in phases:
-        best = None
-        if phase.kind == "local":
-            # A local phase starts from the server's latest broadcast (a final model, O-pFGL's pseudo-graph):
-            # every client downloads it once, even when no communicating round follows to carry the charge.
-            down: dict[int, int] = {}
-            size = broadcast_nbytes(broadcast)
-            if broadcast is not delivered and size:
-                down = dict.fromkeys((c.id for c in clients), size)
-                delivered = broadcast
-            t0 = time.perf_counter()
-            algorithm.personalize_clients(clients, broadcast, phase)
-            rec = RoundRecord(
-                phase.name,
-                0,
-                global_round,
-                [c.id for c in clients],
-                float("nan"),
-                {},
-                down,
-                time.perf_counter() - t0,
-                0.0,
-                0.0,
-            )
-            losses = _check_finite_losses(clients, phase.name, 0)
-            rec.loss = float(np.mean(losses)) if losses else float("nan")
-            for c in clients:
-                c.losses.clear()
-            if phase.evaluate:
-                rs = RoundState(phase.name, 0, global_round, tuple(c.id for c in clients), broadcast, 1)
-                best = _evaluate(algorithm, clients, broadcast, rs, rec, fg.num_classes, result)
-            result.rounds.append(rec)
-            if on_round:
-                on_round(rec)
-            if best is not None:
-                result.final = best
-            continue
+class _Run:
+    """One seed's loop: the engine's side of every party (clients' steps, the protocol, the server step)."""
 
-        num_rounds = phase.rounds if phase.rounds is not None else train.rounds
-        since_best = 0
-        for r in range(num_rounds):
-            if phase.sample and per_round < k_all:
-                invited = sorted(int(i) for i in sampling_rng.choice(k_all, size=per_round, replace=False))
+    def __init__(
+        self,
+        config: RunConfig,
+        fg: Any,
+        seed: int,
+        device: torch.device,
+        result: SeedResult,
+        hooks: RunHooks,
+        max_rounds: int | None,
+    ) -> None:
+        self.config, self.fg, self.seed, self.result, self.hooks = config, fg, seed, result, hooks
+        self.max_rounds = max_rounds
+        train = config.train
+        self.k_all = fg.num_clients
+        self.per_round = train.clients_in_round(self.k_all)
+        self.setting = make_setting(config, fg, device)
+        self.algorithm: Algorithm = create_algorithm(
+            config.algorithm.name, self.setting, config.algorithm.options
+        )
+        self.phases = list(self.algorithm.phases(train))
+        self.protocol: Protocol | None = None
+        if self.algorithm.uses_protocol:
+            self.protocol = _build_protocol(config, self.per_round, self.k_all)
+        self.clients, state, broadcast, self.sampling_rng = start_seed(self.algorithm, fg, seed, device)
+        # Evaluation sums: the run's protocol without DP noise (no block of it is noised); an algorithm that
+        # never communicates has no server, and its experimenter sums the counts in plaintext.
+        inner = self.protocol.base if isinstance(self.protocol, DistributedDP) else self.protocol
+        self.eval_protocol: Protocol = inner if inner is not None else _plaintext()
+        self.eval_schema = evaluation_schema(self.setting.count_bound, self.k_all)
+        self.server = FederationServer(self.algorithm, state, broadcast, self.eval_schema, train.patience)
+        self.total = sum(phase_rounds(p, train, max_rounds) for p in self.phases)
+        self.done = 0
+        self.global_round = 0
+        # The broadcast the clients were last charged for (a local phase charges an undelivered one).
+        self.delivered: Mapping[str, torch.Tensor] | None = None
+
+    def execute(self) -> None:
+        self.hooks.start(StartEvent(self.algorithm, tuple(self.phases), self.setting, self.seed))
+        for phase in self.phases:
+            self.server.start_phase(phase)
+            if phase.kind == "local":
+                self._local_phase(phase)
             else:
-                invited = list(range(k_all))
-            rs = RoundState(phase.name, r, global_round, tuple(invited), broadcast, num_rounds)
-            rec = _round(
-                algorithm,
-                protocol,
-                server,
-                [clients[i] for i in invited],
-                clients,
-                rs,
-                config,
-                sampling_rng,
-                seed,
+                self._rounds_phase(phase)
+        self.result.report = self.server.report()
+
+    # ------------------------------------------------------------------ phases ---------------------------
+
+    def _local_phase(self, phase: Phase) -> None:
+        """Local-only work from the server's latest broadcast, which every client downloads once."""
+        clients, broadcast = self.clients, self.server.broadcast
+        down: dict[int, int] = {}
+        size = broadcast_nbytes(broadcast)
+        if broadcast is not self.delivered and size:
+            down = dict.fromkeys((c.id for c in clients), size)
+            self.delivered = broadcast
+        t0 = time.perf_counter()
+        self.algorithm.personalize_clients(clients, broadcast, phase)
+        ids = [c.id for c in clients]
+        rec = RoundRecord(
+            phase.name, 0, self.global_round, ids, float("nan"), {}, down, time.perf_counter() - t0, 0.0, 0.0
+        )
+        losses = _check_finite_losses(clients, phase.name, 0)
+        rec.loss = float(np.mean(losses)) if losses else float("nan")
+        for c in clients:
+            c.losses.clear()
+        if phase.evaluate:
+            rs = RoundState(phase.name, 0, self.global_round, tuple(ids), broadcast, 1)
+            ev, _ = self._evaluate(rs, broadcast, rec, select=False)
+            self.hooks.evaluate(EvaluateEvent(rs, ev.overall, ev.per_client, True))
+            self.result.final = ev
+        self._finish(rec, broadcast)
+
+    def _rounds_phase(self, phase: Phase) -> None:
+        train = self.config.train
+        num_rounds = phase_rounds(phase, train, self.max_rounds)
+        best: EvalRecord | None = None
+        for r in range(num_rounds):
+            if phase.sample and self.per_round < self.k_all:
+                chosen = self.sampling_rng.choice(self.k_all, size=self.per_round, replace=False)
+                invited = sorted(int(i) for i in chosen)
+            else:
+                invited = list(range(self.k_all))
+            rs = RoundState(
+                phase.name, r, self.global_round, tuple(invited), self.server.broadcast, num_rounds
             )
-            broadcast = rec.pop("broadcast")
-            record: RoundRecord = rec["record"]
+            record, broadcast = self._round(rs, [self.clients[i] for i in invited])
             if any(record.bytes_down.values()):
-                delivered = rs.broadcast
-            last = r == num_rounds - 1
-            if phase.evaluate and ((r + 1) % train.eval_every == 0 or last):
-                ev = _evaluate(algorithm, clients, broadcast, rs, record, fg.num_classes, result)
-                if best is None or _better(ev, best):
-                    best, since_best = ev, 0
-                else:
-                    since_best += 1
-            result.rounds.append(record)
-            global_round += 1
-            if on_round:
-                on_round(record)
-            if train.patience is not None and since_best >= train.patience and phase.evaluate:
-                result.stopped_early[phase.name] = r
+                self.delivered = rs.broadcast
+            if phase.evaluate and ((r + 1) % train.eval_every == 0 or r == num_rounds - 1):
+                ev, improved = self._evaluate(rs, broadcast, record)
+                if improved:
+                    best = ev
+                self.hooks.evaluate(EvaluateEvent(rs, ev.overall, ev.per_client, improved))
+            self.global_round += 1
+            self._finish(record, broadcast)
+            if phase.evaluate and self.server.should_stop:
+                self.result.stopped_early[phase.name] = r
                 break
-        if phase.evaluate and result.evals:
-            result.final = best if (train.select_best and best is not None) else result.evals[-1]
-    result.report = algorithm.run_report(server)
+        if phase.evaluate and self.result.evals:
+            self.result.final = best if (train.select_best and best is not None) else self.result.evals[-1]
 
+    def _finish(self, record: RoundRecord, broadcast: Mapping[str, torch.Tensor]) -> None:
+        self.result.rounds.append(record)
+        self.done += 1
+        self.hooks.round(RoundEvent(record, broadcast, self.done, self.total))
 
-def _better(a: EvalRecord, b: EvalRecord) -> bool:
-    va, vb = a.overall.get("val_acc", float("nan")), b.overall.get("val_acc", float("nan"))
-    if math.isnan(vb):
-        return not math.isnan(va)
-    return not math.isnan(va) and va > vb
+    # ------------------------------------------------------------------ one round ------------------------
 
-
-def _evaluate(
-    algorithm: Algorithm,
-    clients: Sequence[Client],
-    broadcast: Mapping[str, torch.Tensor],
-    rs: RoundState,
-    record: RoundRecord,
-    num_classes: int,
-    result: SeedResult,
-) -> EvalRecord:
-    t0 = time.perf_counter()
-    scores = algorithm.evaluate(clients, broadcast, rs)
-    per_client = []
-    for c in clients:
-        if c.id not in scores:
-            raise TrainingError(f"{algorithm.name}: evaluate() returned no scores for client {c.id}")
-        logits = scores[c.id]
-        if tuple(logits.shape) != (c.num_nodes, num_classes):
-            raise TrainingError(
-                f"{algorithm.name}: evaluate() returned shape {tuple(logits.shape)} for client {c.id}; "
-                f"expected ({c.num_nodes}, {num_classes})"
-            )
-        per_client.append(client_metrics(c.id, logits, c.data, num_classes))
-    overall = aggregate_clients(per_client)
-    ev = EvalRecord(rs.phase, rs.round, overall, per_client)
-    record.metrics = overall
-    record.eval_seconds = time.perf_counter() - t0
-    result.evals.append(ev)
-    return ev
-
-
-def _round(
-    algorithm: Algorithm,
-    protocol: Protocol | None,
-    server: Any,
-    invited: list[Client],
-    all_clients: list[Client],
-    rs: RoundState,
-    config: RunConfig,
-    rng: np.random.Generator,
-    seed: int,
-) -> dict[str, Any]:
-    requests = list(algorithm.requests(rs))
-    communicates = bool(requests)
-    ids = [c.id for c in invited]
-    bytes_up = dict.fromkeys(ids, 0)
-    bytes_down = dict.fromkeys(ids, 0)
-    if communicates:
-        size = broadcast_nbytes(rs.broadcast)
-        for cid in ids:
-            bytes_down[cid] += size
-
-    for c in invited:
-        c.losses.clear()
-    t0 = time.perf_counter()
-    outs = algorithm.client_steps(invited, rs)
-    train_seconds = time.perf_counter() - t0
-    losses = _check_finite_losses(invited, rs.phase, rs.round)
-
-    crypto = 0.0
-    server_seconds = 0.0
-    dropped: dict[int, str] = {}
-    excluded: dict[int, str] = {}
-    clips: dict[str, int] = {}
-    privacy: dict[str, Any] | None = None
-    broadcast = rs.broadcast
-    if communicates:
-        if protocol is None:
+    def _round(self, rs: RoundState, invited: list[Client]) -> tuple[RoundRecord, Mapping[str, torch.Tensor]]:
+        """Client steps, one protocol run per sum request, the server step; returns the record and broadcast."""
+        algorithm = self.algorithm
+        requests = list(algorithm.requests(rs))
+        ids = [c.id for c in invited]
+        bytes_up = dict.fromkeys(ids, 0)
+        bytes_down = dict.fromkeys(ids, 0)
+        if requests:
+            size = broadcast_nbytes(rs.broadcast)
+            for cid in ids:
+                bytes_down[cid] += size
+        for c in invited:
+            c.losses.clear()
+        t0 = time.perf_counter()
+        outs = algorithm.client_steps(invited, rs)
+        train_seconds = time.perf_counter() - t0
+        losses = _check_finite_losses(invited, rs.phase, rs.round)
+        record = RoundRecord(
+            rs.phase,
+            rs.round,
+            rs.global_round,
+            ids,
+            float(np.mean(losses)) if losses else float("nan"),
+            bytes_up,
+            bytes_down,
+            train_seconds,
+            0.0,
+            0.0,
+        )
+        if not requests:
+            return record, rs.broadcast
+        if self.protocol is None:
             raise TrainingError(f"algorithm {algorithm.name!r} declared a sum but uses no protocol")
+        server_sums = self._sums(rs, requests, outs, ids, record)
+        if server_sums:
+            t2 = time.perf_counter()
+            self.server.step(server_sums, requests, rs)
+            record.server_seconds = time.perf_counter() - t2
+        return record, self.server.broadcast
+
+    def _sums(
+        self,
+        rs: RoundState,
+        requests: list[SumRequest],
+        outs: Mapping[int, Any],
+        ids: list[int],
+        record: RoundRecord,
+    ) -> dict[str, Sums]:
+        """Run every sum request of the round; deliver designated sums, return the server-bound ones."""
+        config = self.config
         plan = None
         if config.protocol.dropout > 0:
-            plan = DropoutPlan.random(ids, config.protocol.dropout, rng)
-        context = _context(rs.broadcast)
+            plan = DropoutPlan.random(ids, config.protocol.dropout, self.sampling_rng)
+        context = round_context(rs.broadcast)
         single = len(requests) == 1
         server_sums: dict[str, Sums] = {}
         for req in requests:
@@ -478,65 +330,137 @@ def _round(
                 if config.protocol.grid_upload:
                     contrib = req.schema.round_to_grid(
                         contrib,
-                        grid_rng(seed, rs.global_round, cid, req.key),
-                        skip_dp=config.protocol.name.endswith("+dp"),
+                        grid_rng(self.seed, rs.global_round, cid, req.key),
+                        skip_dp=isinstance(self.protocol, DistributedDP),
                     )
                 contribs[cid] = contrib
             sub_plan = None
             if plan is not None:
                 sub_plan = DropoutPlan({c: p for c, p in plan.at.items() if c in contribs})
             t1 = time.perf_counter()
-            sums, transcript = protocol.aggregate(
-                req.schema,
-                contribs,
-                dropouts=sub_plan,
-                round_index=rs.global_round,
-                recipient=req.recipient,
-                context=context,
+            sums, transcript = self._aggregate(
+                self.protocol, rs, req.key, req.schema, contribs, sub_plan, req.recipient, context
             )
-            crypto += time.perf_counter() - t1
+            record.crypto_seconds += time.perf_counter() - t1
             for cid in contribs:
-                bytes_up[cid] = bytes_up.get(cid, 0) + transcript.total_bytes_sent(cid)
-                bytes_down[cid] = bytes_down.get(cid, 0) + transcript.total_bytes_received(cid)
-            dropped.update(transcript.dropped)
-            excluded.update(transcript.excluded)
-            privacy = transcript.extra.get("privacy", privacy)
+                record.bytes_up[cid] = record.bytes_up.get(cid, 0) + transcript.total_bytes_sent(cid)
+                record.bytes_down[cid] = record.bytes_down.get(cid, 0) + transcript.total_bytes_received(cid)
+            record.dropped.update(transcript.dropped)
+            record.excluded.update(transcript.excluded)
+            record.privacy = transcript.extra.get("privacy", record.privacy)
             for k, v in transcript.clip_counts.items():
                 ck = k if single else f"{req.key}.{k}"
-                clips[ck] = clips.get(ck, 0) + int(v)
+                record.clip_counts[ck] = record.clip_counts.get(ck, 0) + int(v)
             if req.recipient is None:
                 server_sums[req.key] = sums
             else:
-                all_clients[req.recipient].inbox[req.key] = sums
-        if server_sums:
-            for s in server_sums.values():
-                if not isinstance(s, Sums):
-                    raise TrainingError(f"protocol returned {type(s).__name__}, not Sums")
-            arg: Any = (
-                next(iter(server_sums.values()))
-                if len(server_sums) == 1 and (single or MAIN in server_sums)
-                else server_sums
+                for cid in contribs if req.relay else (req.recipient,):
+                    self.clients[cid].inbox[req.key] = sums
+        return server_sums
+
+    def _aggregate(
+        self,
+        protocol: Protocol | None,
+        rs: RoundState,
+        key: str,
+        schema: SumSchema,
+        contribs: Mapping[int, Mapping[str, Any]],
+        plan: DropoutPlan | None,
+        recipient: int | None,
+        context: bytes,
+    ) -> tuple[Sums, Transcript]:
+        """One protocol run, reported to ``on_aggregate`` whether it released a sum or aborted."""
+        if protocol is None:
+            raise TrainingError(f"algorithm {self.algorithm.name!r} declared a sum but uses no protocol")
+        try:
+            sums, transcript = protocol.aggregate(
+                schema,
+                contribs,
+                dropouts=plan,
+                round_index=rs.global_round,
+                recipient=recipient,
+                context=context,
             )
-            t2 = time.perf_counter()
-            broadcast = algorithm.server_step(server, arg, rs)
-            server_seconds = time.perf_counter() - t2
-    record = RoundRecord(
-        rs.phase,
-        rs.round,
-        rs.global_round,
-        ids,
-        float(np.mean(losses)) if losses else float("nan"),
-        bytes_up,
-        bytes_down,
-        train_seconds,
-        crypto,
-        server_seconds,
-        dropped=dropped,
-        excluded=excluded,
-        clip_counts=clips,
-        privacy=privacy,
-    )
-    return {"record": record, "broadcast": broadcast}
+        except ProtocolError as exc:
+            tr = exc.__dict__.get("transcript")
+            self.hooks.aggregate(
+                AggregateEvent(
+                    rs,
+                    key,
+                    schema,
+                    recipient,
+                    contribs,
+                    None,
+                    tr if isinstance(tr, Transcript) else None,
+                    exc,
+                )
+            )
+            raise
+        self.hooks.aggregate(AggregateEvent(rs, key, schema, recipient, contribs, sums, transcript))
+        return sums, transcript
+
+    # ------------------------------------------------------------------ evaluation -----------------------
+
+    def _evaluate(
+        self,
+        rs: RoundState,
+        broadcast: Mapping[str, torch.Tensor],
+        record: RoundRecord,
+        *,
+        select: bool = True,
+    ) -> tuple[EvalRecord, bool]:
+        """Clients score and count their own nodes; the counts are summed; the server reads the sums only.
+
+        Returns the evaluation and whether the server took it as the phase's new best round.
+        """
+        t0 = time.perf_counter()
+        algorithm, clients = self.algorithm, self.clients
+        scores = algorithm.evaluate(clients, broadcast, rs)
+        per_client = []
+        contribs: dict[int, Mapping[str, Any]] = {}
+        for c in clients:  # client side: each client's own scores, masks and labels
+            if c.id not in scores:
+                raise TrainingError(f"{algorithm.name}: evaluate() returned no scores for client {c.id}")
+            logits = scores[c.id]
+            if tuple(logits.shape) != (c.num_nodes, self.setting.num_classes):
+                raise TrainingError(
+                    f"{algorithm.name}: evaluate() returned shape {tuple(logits.shape)} for client {c.id}; "
+                    f"expected ({c.num_nodes}, {self.setting.num_classes})"
+                )
+            metrics = client_metrics(c.id, logits, c.data, self.setting.num_classes)
+            per_client.append(metrics)
+            contrib = evaluation_contribution(metrics)
+            if self.config.protocol.grid_upload:
+                contrib = self.eval_schema.round_to_grid(
+                    contrib, grid_rng(self.seed, rs.global_round, c.id, EVAL_KEY)
+                )
+            contribs[c.id] = contrib
+        eval_rs = RoundState(rs.phase, rs.round, rs.global_round, tuple(contribs), broadcast, rs.num_rounds)
+        sums, transcript = self._aggregate(
+            self.eval_protocol,
+            eval_rs,
+            EVAL_KEY,
+            self.eval_schema,
+            contribs,
+            None,
+            None,
+            round_context(broadcast),
+        )
+        for cid in contribs:
+            record.eval_bytes_up[cid] = transcript.total_bytes_sent(cid)
+            record.eval_bytes_down[cid] = transcript.total_bytes_received(cid)
+        overall, improved = self.server.evaluated(sums, eval_rs, select=select)  # the sums and nothing else
+        ev = EvalRecord(rs.phase, rs.round, overall, per_client)
+        record.metrics = overall
+        record.eval_seconds = time.perf_counter() - t0
+        self.result.evals.append(ev)
+        return ev, improved
+
+
+def _plaintext() -> Protocol:
+    from securefgl.protocols.registry import get_protocol
+
+    return get_protocol("plaintext")
 
 
 def _build_protocol(config: RunConfig, per_round: int, k_all: int) -> Protocol:
@@ -591,13 +515,28 @@ def make_setting(config: RunConfig, fg: Any, device: torch.device | str) -> Sett
     )
 
 
+def _to(value: Any, device: torch.device) -> Any:
+    return value.to(device) if hasattr(value, "to") else value
+
+
 def start_seed(
-    algorithm: Algorithm, fg: Any, seed: int, device: torch.device
+    algorithm: Algorithm, fg: Any, seed: int, device: torch.device, *, isolated: bool = False
 ) -> tuple[list[Client], Any, Any, np.random.Generator]:
     """Clients, server state, first broadcast and the client-sampling generator of one seed.
 
-    Every random stream of a seed (per-client generators, the shared workspace generator, the server's
-    initialisation, client sampling) is spawned here from ``seed``, so a run and its audit replay agree.
+    Every random stream of a seed (per-client generators, the client batch's workspace generator, the
+    server's initialisation, client sampling) is spawned here from ``seed``, so a run and its audit replay
+    agree.
+
+    Args:
+        algorithm: The algorithm (its ``init_client``, ``init_server`` and ``initial_broadcast`` run here).
+        fg: The federated graph.
+        seed: The training seed.
+        device: Where the clients' tensors live.
+        isolated: ``False`` (the simulation): all clients form one client batch and share its workspace
+            (batched layouts, the batch generator). ``True`` (a deployment's layout): every client is a batch
+            of one, with a workspace and a batch generator of its own, so nothing on a client can reach
+            another client. (default: ``False``)
     """
     root = np.random.SeedSequence([seed, 0x5EC])
     s_clients, s_server, s_sampling, s_work = root.spawn(4)
@@ -607,17 +546,28 @@ def start_seed(
         g.manual_seed(int(ss.generate_state(1, dtype=np.uint64)[0] >> np.uint64(1)))
         return g
 
-    workspace: dict[str, Any] = {"generator": torch_gen(s_work, device)}
-    if getattr(algorithm, "needs_cross_edges", False):
-        from securefgl.algorithms.fedstruct import attach_cross_edges
-
+    if isolated:
+        workspaces = [{"generator": torch_gen(ss, device)} for ss in s_work.spawn(fg.num_clients)]
+    else:
+        workspaces = [{"generator": torch_gen(s_work, device)}] * fg.num_clients
+    if algorithm.needs_cross_edges:
         fg = attach_cross_edges(fg)
+    held_later = fg.client_eval or [{} for _ in fg.clients]
     clients = [
-        Client(i, data.to(device), torch_gen(ss, device), workspace=workspace)
-        for i, (data, ss) in enumerate(zip(fg.clients, s_clients.spawn(fg.num_clients), strict=True))
+        Client(
+            i,
+            data.to(device),
+            torch_gen(ss, device),
+            eval_data={k: _to(v, device) for k, v in later.items()},
+            workspace=ws,
+        )
+        for i, (data, ss, later, ws) in enumerate(
+            zip(fg.clients, s_clients.spawn(fg.num_clients), held_later, workspaces, strict=True)
+        )
     ]
     if algorithm.needs_global_graph:
-        workspace["global_data"] = fg.global_data().to(device)
+        for ws in {id(w): w for w in workspaces}.values():
+            ws["global_data"] = fg.global_data().to(device)
     for c in clients:
         algorithm.init_client(c)
     server = algorithm.init_server(torch_gen(s_server, torch.device("cpu")))

@@ -1,12 +1,12 @@
-"""securefgl.nn: the GNN models (one module per family), their registry and the batched client layout.
+"""securefgl.nn: the GNN models (one module per family) and their registry.
 
 Every family has a ``forward(x, edge_index)`` built from PyG layers and a ``batched_forward(params, batch)``
-that runs K clients' copies at once on a :class:`~securefgl.nn.batched.GraphBatch` with stacked parameters.
+that runs K clients' copies at once on a :class:`~securefgl.training.batched.GraphBatch` (the client-batch
+layout of the training stack, :mod:`securefgl.training`) with stacked parameters.
 """
 
 from __future__ import annotations
 
-from securefgl.nn.batched import GraphBatch
 from securefgl.nn.gat import GAT
 from securefgl.nn.gcn import GCN
 from securefgl.nn.mlp import MLP
@@ -19,7 +19,6 @@ __all__ = [
     "GCN",
     "MLP",
     "SGC",
-    "GraphBatch",
     "GraphSAGE",
     "ModelSpec",
     "available_models",

@@ -13,6 +13,7 @@ generator (the PyG layer's own dropout is kept at 0 and applied here).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -22,8 +23,10 @@ from torch_geometric.utils import add_self_loops, remove_self_loops, softmax
 
 from securefgl.errors import ConfigError
 from securefgl.nn._functional import dropout
-from securefgl.nn.batched import GraphBatch
 from securefgl.nn.registry import register_model
+
+if TYPE_CHECKING:
+    from securefgl.training.batched import GraphBatch
 
 __all__ = ["GAT"]
 

@@ -5,18 +5,22 @@ r"""Graph convolutional network (Kipf and Welling, ICLR 2017), https://arxiv.org
     \qquad \sigma = \mathrm{ReLU} \text{ (none after the last layer)}
 
 Built from PyG :class:`~torch_geometric.nn.GCNConv` layers; :meth:`GCN.batched_forward` evaluates K
-clients' copies at once on a :class:`~securefgl.nn.batched.GraphBatch` with stacked parameters.
+clients' copies at once on a :class:`~securefgl.training.batched.GraphBatch` with stacked parameters.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 from torch_geometric.nn import GCNConv
 
 from securefgl.nn._functional import dropout
-from securefgl.nn.batched import GraphBatch
 from securefgl.nn.registry import register_model
+
+if TYPE_CHECKING:
+    from securefgl.training.batched import GraphBatch
 
 __all__ = ["GCN"]
 

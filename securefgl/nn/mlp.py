@@ -8,13 +8,17 @@ Built from PyG :class:`~torch_geometric.nn.Linear` layers with ReLU between laye
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import Tensor
 from torch_geometric.nn import Linear
 
 from securefgl.nn._functional import dropout
-from securefgl.nn.batched import GraphBatch
 from securefgl.nn.registry import register_model
+
+if TYPE_CHECKING:
+    from securefgl.training.batched import GraphBatch
 
 __all__ = ["MLP"]
 

@@ -1,7 +1,8 @@
 """Models by name: :class:`ModelSpec` (the ``[model]`` config section) and :func:`build_model`.
 
 Each model family registers itself with :func:`register_model` when its module is imported
-(``securefgl.nn`` imports them all). Names are case-insensitive; aliases (``graphsage`` -> ``sage``) map
+(``securefgl.nn`` imports them all, and Python runs a package's ``__init__`` before any of its modules, so
+the built-ins are registered before any lookup here). Names are case-insensitive; aliases (``graphsage`` -> ``sage``) map
 to one canonical name, and an unknown name raises :class:`~securefgl.errors.ConfigError` listing the valid
 ones.
 """
@@ -63,7 +64,7 @@ class ModelSpec:
         cls = _MODELS[self.name]
         opts_cls = getattr(cls, "Options", None)
         if opts_cls is not None:
-            from securefgl.config import build
+            from securefgl.config.loader import build
 
             build(opts_cls, self.options, where="model.options")
         elif self.options:
@@ -74,7 +75,7 @@ class ModelSpec:
         opts_cls = getattr(_MODELS[self.name], "Options", None)
         if opts_cls is None:
             return None
-        from securefgl.config import build
+        from securefgl.config.loader import build
 
         return build(opts_cls, self.options, where="model.options")
 
@@ -98,13 +99,8 @@ def register_model(name: str, *, aliases: tuple[str, ...] = (), force: bool = Fa
     return deco
 
 
-def _ensure_builtins() -> None:
-    import securefgl.nn  # noqa: F401 - importing the package registers the built-in families
-
-
 def normalize_model_name(name: str) -> str:
     """Canonical model name; raises ConfigError listing the valid names for an unknown one."""
-    _ensure_builtins()
     if not isinstance(name, str):
         raise ConfigError(f"model name must be a string, got {name!r}")
     key = name.strip().lower().replace("_", "-")
@@ -116,7 +112,6 @@ def normalize_model_name(name: str) -> str:
 
 def available_models() -> list[str]:
     """Sorted canonical names of the registered model families."""
-    _ensure_builtins()
     return sorted(_MODELS)
 
 

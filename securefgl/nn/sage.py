@@ -10,13 +10,17 @@ normalisation), with dropout before every layer and ReLU between layers.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import Tensor
 from torch_geometric.nn import SAGEConv
 
 from securefgl.nn._functional import dropout
-from securefgl.nn.batched import GraphBatch
 from securefgl.nn.registry import register_model
+
+if TYPE_CHECKING:
+    from securefgl.training.batched import GraphBatch
 
 __all__ = ["GraphSAGE"]
 

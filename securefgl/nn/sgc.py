@@ -11,6 +11,7 @@ per batch.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
@@ -19,8 +20,10 @@ from torch_geometric.nn.conv.gcn_conv import gcn_norm
 
 from securefgl.errors import ConfigError
 from securefgl.nn._functional import dropout
-from securefgl.nn.batched import GraphBatch
 from securefgl.nn.registry import register_model
+
+if TYPE_CHECKING:
+    from securefgl.training.batched import GraphBatch
 
 __all__ = ["SGC"]
 

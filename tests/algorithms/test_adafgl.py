@@ -549,8 +549,7 @@ def _fed_graph(method: str = "metis", clients: int = 3, **params):
 
 
 def _run_config(protocol: str, rounds: int, options: dict | None = None):
-    from securefgl.config import build
-    from securefgl.engine.config import RunConfig
+    from securefgl.config import RunConfig, build
 
     return build(
         RunConfig,
@@ -668,26 +667,15 @@ def test_secagg_and_plaintext_runs_are_identical():
 
 
 def test_step2_sends_nothing(monkeypatch):
-    import securefgl.protocols.registry as preg
     from securefgl.algorithms.adafgl import AdaFGL
+    from securefgl.engine.hooks import RunHooks
     from securefgl.engine.runner import run_seed
 
     events: list[str] = []
-    real_get = preg.get_protocol
 
-    def spy_get(name, **kw):
-        proto = real_get(name, **kw)
-        real_aggregate = proto.aggregate
-
-        def aggregate(schema, contribs, **kwargs):
-            sums, transcript = real_aggregate(schema, contribs, **kwargs)
-            events.append(
-                f"aggregate:{kwargs.get('round_index')}:{transcript.total_bytes_received('server')}"
-            )
-            return sums, transcript
-
-        proto.aggregate = aggregate  # a spy around the real protocol (it still computes the real sums)
-        return proto
+    def on_aggregate(ev) -> None:
+        kind = "eval" if ev.is_evaluation else "train"
+        events.append(f"{kind}:{ev.rs.global_round}:{ev.transcript.total_bytes_received('server')}")
 
     real_personalize = AdaFGL.personalize_clients
 
@@ -696,15 +684,19 @@ def test_step2_sends_nothing(monkeypatch):
         real_personalize(self, clients, broadcast, phase)
         events.append("step2:end")
 
-    monkeypatch.setattr(preg, "get_protocol", spy_get)
     monkeypatch.setattr(AdaFGL, "personalize_clients", personalize)
     fg = _fed_graph()
     rounds = 3
-    res = run_seed(_run_config("secagg", rounds, {"epochs": 5, "hidden": 8}), fg, 0, torch.device("cpu"))
-    aggs = [e for e in events if e.startswith("aggregate")]
-    assert len(aggs) == rounds and all(int(e.split(":")[2]) > 0 for e in aggs)
-    # Every secure sum happened before step 2; nothing was aggregated during or after it.
-    assert events[-2:] == ["step2:start", "step2:end"] and events.index("step2:start") == rounds
+    cfg = _run_config("secagg", rounds, {"epochs": 5, "hidden": 8})
+    res = run_seed(cfg, fg, 0, torch.device("cpu"), hooks=RunHooks(on_aggregate=on_aggregate))
+    start = events.index("step2:start")
+    trained = [e for e in events if e.startswith("train")]
+    assert len(trained) == rounds and all(int(e.split(":")[2]) > 0 for e in trained)
+    # Every training sum happened before step 2; nothing was aggregated during it, and after it only the
+    # evaluation counts of the personalised models (a sum like any other).
+    assert all(events.index(e) < start for e in trained)
+    assert events[start + 1] == "step2:end"
+    assert [e.split(":")[0] for e in events[start + 2 :]] == ["eval"]
     local = [r for r in res.rounds if r.phase == "personalize"]
     assert len(local) == 1
     assert local[0].total_up == 0 and local[0].crypto_seconds == 0.0
@@ -846,39 +838,39 @@ def test_client_report_has_homophily_and_hcs():
 
 @pytest.mark.parametrize("extractor", ["best_val", "last"])
 def test_step2_starts_from_the_chosen_extractor(monkeypatch, extractor: str) -> None:
-    """``extractor="best_val"``: step 2 gets the evaluated round with the best validation accuracy."""
+    """``extractor="best_val"``: step 2 gets the evaluated round with the best pooled validation accuracy,
+    which the server computes from the evaluation sum (the clients' own counts agree with it)."""
     import dataclasses
 
-    from securefgl.algorithms.adafgl import AdaFGL
+    from securefgl.algorithms.adafgl import STEP1, AdaFGL
+    from securefgl.engine.hooks import RunHooks
     from securefgl.engine.runner import run_seed
 
-    seen: list[tuple[float, dict]] = []
+    accs: list[float] = []
+    broadcasts: list[dict] = []
     given: list[dict] = []
-    real_remember, real_personalize = AdaFGL._remember_extractor, AdaFGL.personalize_clients
+    real_personalize = AdaFGL.personalize_clients
 
-    def remember(self, clients, broadcast, scores):
-        real_remember(self, clients, broadcast, scores)
-        correct = sum(
-            int((scores[c.id].argmax(1)[c.data.val_mask] == c.data.y[c.data.val_mask]).sum()) for c in clients
-        )
-        seen.append((correct / sum(int(c.data.val_mask.sum()) for c in clients), dict(broadcast)))
+    def on_evaluate(ev) -> None:
+        if ev.rs.phase == STEP1:
+            accs.append(ev.overall["val_acc_pooled"])
+            local = [m.splits["val"] for m in ev.per_client]  # each client's own row, client side
+            assert ev.overall["val_acc_pooled"] == sum(m.correct for m in local) / sum(m.n for m in local)
+
+    def on_round(ev) -> None:
+        if ev.record.phase == STEP1:
+            broadcasts.append(dict(ev.broadcast))
 
     def personalize(self, clients, broadcast, phase):
-        chosen = (
-            clients[0].state["adafgl_extractor"]["params"]
-            if self.options.extractor == "best_val"
-            else broadcast
-        )
-        given.append(chosen)
+        given.append(broadcast)
         real_personalize(self, clients, broadcast, phase)
 
-    monkeypatch.setattr(AdaFGL, "_remember_extractor", remember)
     monkeypatch.setattr(AdaFGL, "personalize_clients", personalize)
     cfg = _run_config("plaintext", 6, {"epochs": 3, "hidden": 8, "extractor": extractor})
     cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, eval_every=1))
-    run_seed(cfg, _fed_graph(), 0, torch.device("cpu"))
-    assert len(seen) == 6 and len(given) == 1
-    accs = [a for a, _ in seen]
+    hooks = RunHooks(on_evaluate=on_evaluate, on_round=on_round)
+    run_seed(cfg, _fed_graph(), 0, torch.device("cpu"), hooks=hooks)
+    assert len(accs) == 6 and len(broadcasts) == 6 and len(given) == 1
     first_best = accs.index(max(accs))
-    expected = seen[first_best][1] if extractor == "best_val" else seen[-1][1]
+    expected = broadcasts[first_best] if extractor == "best_val" else broadcasts[-1]
     assert all(torch.equal(given[0][k], expected[k]) for k in expected)

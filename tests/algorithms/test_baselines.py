@@ -8,8 +8,8 @@ import torch
 import securefgl
 from securefgl.algorithms.base import Client, RoundState, Setting
 from securefgl.algorithms.registry import create_algorithm, get_algorithm
+from securefgl.config import RunConfig
 from securefgl.data import make_csbm, partition_graph
-from securefgl.engine.config import RunConfig
 from securefgl.errors import ConfigError
 
 

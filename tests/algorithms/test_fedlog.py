@@ -12,13 +12,13 @@ import torch.nn.functional as F
 import securefgl.algorithms._fedlog_client as fedlog_client
 import securefgl.algorithms.fedlog as fedlog_mod
 from securefgl.algorithms._fedlog_client import warmup_embedder
+from securefgl.algorithms._fedlog_eval import EVAL_KEYS
 from securefgl.algorithms._fedlog_model import FedLoGNet, init_fedlog
 from securefgl.algorithms.base import Client, RoundState, Setting
 from securefgl.algorithms.fedlog import FedLoG, attach_generalization_sets
-from securefgl.config import build
+from securefgl.config import RunConfig, TrainConfig, build
 from securefgl.data import make_csbm, partition_graph
-from securefgl.engine.config import RunConfig, TrainConfig
-from securefgl.engine.runner import run_seed
+from securefgl.engine.runner import make_setting, run_seed, start_seed
 from securefgl.errors import ConfigError
 from securefgl.nn._functional import init_parameters
 from securefgl.nn.registry import ModelSpec
@@ -236,7 +236,10 @@ def test_no_client_can_reach_another_clients_data() -> None:
     setting = _setting(f=fg.num_features, c=fg.num_classes)
     alg = FedLoG(setting, TINY)
     alg.seal()
-    clients = [Client(i, d, torch.Generator().manual_seed(i)) for i, d in enumerate(fg.clients)]
+    clients = [
+        Client(i, d, torch.Generator().manual_seed(i), eval_data=ev)
+        for i, (d, ev) in enumerate(zip(fg.clients, fg.client_eval, strict=True))
+    ]
     for c in clients:
         alg.init_client(c)
     server = alg.init_server(torch.Generator().manual_seed(0))
@@ -258,6 +261,7 @@ def test_no_client_can_reach_another_clients_data() -> None:
     for c in clients:
         mine = {t.untyped_storage().data_ptr() for t in _tensors(c.state) if t.numel()}
         mine |= {getattr(c.data, k).untyped_storage().data_ptr() for k in ("x", "y", "edge_index")}
+        mine |= {t.untyped_storage().data_ptr() for t in c.eval_data.values() if t.numel()}
         ptrs[c.id] = mine
     for a in clients:
         for b in clients:
@@ -293,18 +297,85 @@ def test_client_with_a_single_class_and_huge_threshold() -> None:
 
 def test_generalization_sets_masks() -> None:
     fg = _graph()
-    for d in fg.clients:
+    assert fg.client_eval is not None and len(fg.client_eval) == fg.num_clients
+    for d, ev in zip(fg.clients, fg.client_eval, strict=True):
         trained = set(d.y[d.train_mask].tolist())
         own = set(d.global_id.tolist())
-        assert d.unseen_x.shape[0] == d.unseen_y.shape[0] >= d.num_nodes
-        assert all(int(y) in trained for y in d.unseen_y[d.unseen_node_mask])
-        assert all(int(y) not in trained for y in d.unseen_y[d.unseen_cls_mask])
-        assert d.nc_x.shape[0] == fg.held_out.num_nodes
+        assert set(ev) == set(EVAL_KEYS)
+        assert ev["unseen_x"].shape[0] == ev["unseen_y"].shape[0] >= d.num_nodes
+        assert all(int(y) in trained for y in ev["unseen_y"][ev["unseen_node_mask"]])
+        assert all(int(y) not in trained for y in ev["unseen_y"][ev["unseen_cls_mask"]])
+        assert ev["nc_x"].shape[0] == fg.held_out.num_nodes
         assert len(own) == d.num_nodes
     zero = attach_generalization_sets(_graph(), hops=0)
-    assert all(int(d.unseen_node_mask.sum()) == 0 for d in zero.clients)
+    assert all(int(ev["unseen_node_mask"].sum()) == 0 for ev in zero.client_eval)
     with pytest.raises(ConfigError, match="hops"):
         attach_generalization_sets(fg, hops=-1)
+
+
+def _engine_clients(fg, cfg):
+    """Client 0..K-1 exactly as the engine builds them (``eval_data`` from ``fg.client_eval``)."""
+    alg = FedLoG(make_setting(cfg, fg, "cpu"), cfg.algorithm.options)
+    alg.seal()
+    clients, server, bc, _ = start_seed(alg, fg, 0, torch.device("cpu"))
+    return alg, clients, server, bc
+
+
+def _eval_attrs(data) -> list[str]:
+    return [a for a in sorted(data.keys()) if a.startswith(("unseen_", "nc_"))]
+
+
+def test_training_data_carries_no_evaluation_sets_and_ignores_other_clients_sets() -> None:
+    """The generalisation sets live in ``client_eval`` (handed to each client as its own ``eval_data``), not on
+    the training ``Data``; poisoning every other client's evaluation sets in place leaves client 0's upload
+    unchanged (so no tensor of client 0's sets is shared with another client's)."""
+    plain = partition_graph(
+        make_csbm(num_nodes=240, num_classes=4, num_features=8, avg_degree=6, seed=0),
+        "fedlog",
+        3,
+        seed=0,
+        split=(0.4, 0.3, 0.3),
+        cache=False,
+    )
+    before = [sorted(d.keys()) for d in plain.clients]
+    fg = attach_generalization_sets(plain, hops=2)
+    assert plain.client_eval is None and fg.client_eval is not None
+    assert [sorted(d.keys()) for d in fg.clients] == before  # untouched: no new attribute
+    assert not any(_eval_attrs(d) for d in fg.clients)
+    cfg = build(RunConfig, {"algorithm": {"name": "fedlog", "options": TINY}, "device": "cpu"})
+
+    def flat(up: dict) -> dict[str, torch.Tensor]:
+        parts = up.items() if "main" in up else [("main", up)]
+        return {f"{key}/{name}": v for key, block in parts for name, v in block.items()}
+
+    uploads: list[list[dict[str, torch.Tensor]]] = []
+    for poisoned in (False, True):
+        if poisoned:  # every tensor of clients 1 and 2's evaluation sets: NaN (or garbage), in place
+            for ev in fg.client_eval[1:]:
+                for v in ev.values():
+                    if v.is_floating_point():
+                        v.fill_(float("nan"))
+                    elif v.dtype == torch.bool:
+                        v.logical_not_()
+                    else:
+                        v.fill_(10**9)
+        alg, clients, _, bc = _engine_clients(fg, cfg)
+        for k, c in enumerate(clients):
+            assert set(c.eval_data) == set(EVAL_KEYS)
+            assert all(v is fg.client_eval[k][n] for n, v in c.eval_data.items())  # its own entry only
+            assert not _eval_attrs(c.data)
+        ups = []
+        for r in range(2):  # client 0's client half: round 0 (with the prompt generator) and round 1
+            up = flat(alg.client_step(clients[0], RoundState("train", r, r, (0, 1, 2), bc, 2)))
+            assert int(up["main/eval.count"][2] + up["main/eval.count"][3]) > 0  # its eval sets were read
+            assert int(up["main/eval.nc_models"][0]) == 1
+            ups.append(up)
+        uploads.append(ups)
+    assert torch.isnan(fg.client_eval[1]["unseen_x"]).all()
+    for r, (a, b) in enumerate(zip(*uploads, strict=True)):
+        assert a.keys() == b.keys() and any(k.startswith("main/theta.") for k in a)
+        for name in a:
+            assert torch.equal(a[name], b[name]), (r, name)
 
 
 @pytest.mark.parametrize(

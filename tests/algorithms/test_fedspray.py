@@ -33,7 +33,7 @@ from securefgl.algorithms.base import Client, RoundState, Setting
 from securefgl.algorithms.fedspray import FedSpray, FedSprayOptions
 from securefgl.algorithms.fedspray_presets import get_preset, preset_names
 from securefgl.algorithms.registry import create_algorithm, find_problems
-from securefgl.engine.config import TrainConfig
+from securefgl.config import TrainConfig
 from securefgl.errors import ConfigError, NonFiniteError, TrainingError
 from securefgl.nn import ModelSpec, build_model
 from securefgl.protocols.base import Sums
@@ -460,8 +460,7 @@ def test_options_are_validated_with_the_valid_choices():
 
 
 def test_presets_are_valid_run_configs():
-    from securefgl.config import build, merge
-    from securefgl.engine.config import RunConfig
+    from securefgl.config import RunConfig, build, merge
 
     assert preset_names() == ["fedspray-code", "fedspray-paper"]
     code = get_preset("FedSpray_Code")
@@ -479,9 +478,8 @@ def test_presets_are_valid_run_configs():
 
 
 def test_end_to_end_on_a_synthetic_graph_through_the_engine():
-    from securefgl.config import build
+    from securefgl.config import ProtocolConfig, RunConfig, build
     from securefgl.data import make_csbm, partition_graph
-    from securefgl.engine.config import ProtocolConfig, RunConfig
     from securefgl.engine.runner import run_seed
 
     data = make_csbm(num_nodes=400, num_classes=3, avg_degree=6.0, homophily=0.8, num_features=24, seed=0)

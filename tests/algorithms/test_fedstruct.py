@@ -23,9 +23,9 @@ from securefgl.algorithms._fedstruct_setup import (
 from securefgl.algorithms.base import Client, RoundState, Setting
 from securefgl.algorithms.fedstruct import FedStruct, attach_cross_edges
 from securefgl.algorithms.registry import create_algorithm, get_algorithm
+from securefgl.config import RunConfig
 from securefgl.data import make_csbm, partition_graph
 from securefgl.data.federated import build_federated_graph
-from securefgl.engine.config import RunConfig
 from securefgl.engine.runner import make_setting, run_seed
 from securefgl.errors import ConfigError, PartitionError
 from securefgl.protocols.base import SERVER

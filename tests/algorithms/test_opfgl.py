@@ -332,7 +332,7 @@ def test_distillation_weights_clamp() -> None:
 
 def _setting(num_features: int, num_classes: int, num_clients: int, num_nodes: int):
     from securefgl.algorithms.base import Setting
-    from securefgl.engine.config import TrainConfig
+    from securefgl.config import TrainConfig
     from securefgl.nn.registry import ModelSpec
 
     return Setting(
@@ -534,7 +534,7 @@ def test_feature_clip_rate_is_reported_from_the_sum() -> None:
 
 
 def _run(fg, protocol: str, options: dict, model: dict | None = None):
-    from securefgl.engine.config import RunConfig
+    from securefgl.config import RunConfig
     from securefgl.engine.runner import run_seed
 
     cfg = RunConfig.from_mapping(
@@ -599,7 +599,7 @@ def test_options_and_compatibility() -> None:
 def test_presets() -> None:
     from securefgl.algorithms.opfgl import OPFGLOptions
     from securefgl.algorithms.opfgl_presets import preset_cases, preset_config
-    from securefgl.engine.config import RunConfig
+    from securefgl.config import RunConfig
 
     for ds, part in preset_cases("opfgl-paper"):
         cfg = preset_config("opfgl-paper", dataset=ds, partition=part)
@@ -624,9 +624,10 @@ def test_a5_variant_clients_build_the_same_graph_under_ckks() -> None:
     clients = _clients(fg)
     rs, contribs = _upload(algo, clients)
     [request] = algo.requests(rs)
-    assert request.recipient == 0
+    assert request.recipient == 0 and request.relay
     sums, transcript = get_protocol("ckks").aggregate(request.schema, contribs, recipient=request.recipient)
-    clients[0].inbox[request.key] = sums
+    for c in clients:  # what the engine does with relay=True: the same sum into every participant's inbox
+        c.inbox[request.key] = sums
     # the server step receives nothing and forwards the public seeds only
     out = algo.server_step(algo.init_server(torch.Generator().manual_seed(0)), {}, rs)
     assert "x" not in out
@@ -716,3 +717,49 @@ def test_server_min_class_count_and_per_client_top_k() -> None:
     skipped = [c for c, n in enumerate(counts) if n < threshold]
     assert report["below_min_count_classes"] == skipped and set(skipped) <= set(report["withheld_classes"])
     assert sorted(set(out["y"].tolist())) == [c for c in range(3) if c not in skipped]
+
+
+def test_a5_every_client_reads_only_its_own_inbox(monkeypatch) -> None:
+    """A.5 through the engine: the released sum is relayed into every client's own inbox (the same object);
+    a client-side generation given one client reads that client's inbox only, and a client without the sum
+    is a clear error instead of a read of another client's inbox."""
+    from securefgl.algorithms.base import Phase
+    from securefgl.algorithms.opfgl import OPFGL, STATS
+    from securefgl.protocols.registry import get_protocol
+
+    fg = _federated()
+    seen: dict[int, object] = {}
+    original = OPFGL._client_generation
+
+    def spy(self, clients, broadcast):
+        seen.update({c.id: c.inbox.get(STATS) for c in clients})
+        return original(self, clients, broadcast)
+
+    monkeypatch.setattr(OPFGL, "_client_generation", spy)
+    res = _run(fg, "ckks", {"generation": "client", "min_class_contributors": 2})
+    assert math.isfinite(res.final.overall["test_acc"])
+    assert sorted(seen) == list(range(fg.num_clients))
+    assert all(s is not None for s in seen.values())
+    assert len({id(s) for s in seen.values()}) == 1  # one released sum, relayed unchanged
+    monkeypatch.undo()
+
+    algo = _algo(fg, generation="client", min_class_contributors=2)
+    clients = _clients(fg)
+    rs, contribs = _upload(algo, clients)
+    [request] = algo.requests(rs)
+    sums, _ = get_protocol("plaintext").aggregate(request.schema, contribs)
+    out = algo.server_step(algo.init_server(torch.Generator().manual_seed(0)), {}, rs)
+    clients[0].inbox[STATS] = sums
+    # client 0 alone: its own inbox suffices; the others' (empty) inboxes are never consulted
+    graphs = algo._client_generation(clients[:1], out)
+    assert graphs[0] is not None and clients[0].state["opfgl"]["report"]["released_classes"] == [0, 1, 2]
+    # a client whose inbox holds nothing does not fall back on another client's inbox
+    with pytest.raises(TrainingError, match="client 1 has no summed statistics"):
+        algo._client_generation(clients[:2], out)
+    with pytest.raises(TrainingError, match="client 2"):
+        algo.personalize_clients([clients[2]], out, Phase("train", kind="local"))
+    # each client builds from its own inbox: a different sum in client 1's inbox gives a different graph
+    other = get_protocol("plaintext").aggregate(request.schema, {k: contribs[k] for k in (0, 1)})[0]
+    clients[1].inbox[STATS] = other
+    g1 = algo._client_graph(clients[1], out)
+    assert g1 is None or g1.digest() != graphs[0].digest()

@@ -13,8 +13,8 @@ from securefgl.attacks.aggregation_attacks import (
     minimum_cohort_attack,
     model_inconsistency_attack,
 )
+from securefgl.config import TrainConfig
 from securefgl.data import make_csbm, partition_graph
-from securefgl.engine.config import TrainConfig
 from securefgl.errors import AttackNotApplicableError
 from securefgl.nn.registry import ModelSpec, build_model
 from securefgl.protocols.encoding import BlockSpec, SumSchema

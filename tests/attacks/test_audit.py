@@ -58,6 +58,12 @@ def test_audit_report_plaintext_vs_secagg(tmp_path):
     }
     md = (tmp_path / "summary.md").read_text()
     assert "not applicable" in md and "| gradient-inversion | plaintext | server | feature_cosine |" in md
+    # the utility is the engine's final (selected) evaluation, and the report says which round that was
+    for p in ("plaintext", "secagg"):
+        run = doc["runs"][p]
+        assert run["aggregations"] == 2 and 0 <= run["metrics"]["test_acc"] <= 1
+        assert run["metrics_round"]["phase"] and run["metrics_round"]["round"] in (0, 1)
+    assert "| protocol | test accuracy | selected round | run seconds |" in md
     for fig in ("reconstructions.png", "roc.png"):
         assert (tmp_path / fig).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

@@ -89,7 +89,7 @@ def test_refusals_before_running():
 
 def _fedavg_run(protocol: str, seed: int = 0):
     from securefgl.api import load_federated_graph
-    from securefgl.engine.config import RunConfig
+    from securefgl.config import RunConfig
 
     cfg = RunConfig.from_mapping(
         {

@@ -14,8 +14,8 @@ from securefgl.attacks.statistics_inversion import (
     layout_for,
 )
 from securefgl.attacks.views import PublicInfo, server_view
+from securefgl.config import TrainConfig
 from securefgl.data import make_csbm, partition_graph
-from securefgl.engine.config import TrainConfig
 from securefgl.errors import AttackNotApplicableError
 from securefgl.nn.registry import ModelSpec
 from securefgl.protocols.registry import get_protocol

@@ -183,7 +183,7 @@ def test_preset_is_the_lowest_layer(data_root):
 
 def test_opfgl_paper_preset_with_a_partition_file():
     from securefgl.algorithms.presets import resolve_preset
-    from securefgl.engine.config import load_run_config
+    from securefgl.config import load_run_config
 
     base = resolve_preset("OpFGL-paper", dataset="cora", partition="louvain")
     cfg = load_run_config(

@@ -11,10 +11,10 @@ import securefgl
 from securefgl.algorithms.base import Setting
 from securefgl.algorithms.fedavg import FedAvg
 from securefgl.algorithms.registry import check_combination, find_problems, register_algorithm
-from securefgl.engine.config import RunConfig, load_run_config
-from securefgl.engine.device import resolve_device
+from securefgl.config import RunConfig, load_run_config
 from securefgl.errors import ConfigError, NonFiniteError, TrainingError, UnsupportedCombinationError
 from securefgl.protocols.base import Sums
+from securefgl.training.device import resolve_device
 
 
 def small(tmp_path=None, **sections):

@@ -7,8 +7,8 @@ import torch
 from torch_geometric.data import Data
 
 from securefgl.errors import ConfigError
-from securefgl.nn import GraphBatch, ModelSpec, available_models, build_model, get_model_class
-from securefgl.nn.batched import plan_buckets
+from securefgl.nn import ModelSpec, available_models, build_model, get_model_class
+from securefgl.training.batched import GraphBatch, plan_buckets
 
 MODELS = ["gcn", "sage", "sgc", "gat", "mlp"]
 

@@ -3,7 +3,7 @@ r"""Local training of many clients: batched (the default) and one client at a ti
 In a round, every invited client trains its own copy of a shared architecture on its own graph for ``E``
 full-batch epochs. :func:`train_clients` does this for all of them *together*:
 
-* the client graphs form one padded disjoint union (:class:`~securefgl.nn.batched.GraphBatch`, built once
+* the client graphs form one padded disjoint union (:class:`~securefgl.training.batched.GraphBatch`, built once
   and kept in the clients' shared workspace);
 * the K copies of every parameter are stacked into one ``(K, ...)`` leaf tensor, and the model's
   ``batched_forward`` applies client ``k``'s weights to client ``k``'s rows with bucketed ``bmm`` and one
@@ -37,8 +37,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from securefgl.engine.optim import OptimizerStore, StackedOptimizer
-from securefgl.nn.batched import GradSink, GraphBatch
+from securefgl.training.batched import GradSink, GraphBatch
+from securefgl.training.optim import OptimizerStore, StackedOptimizer
 
 if TYPE_CHECKING:
     from securefgl.algorithms.base import Client

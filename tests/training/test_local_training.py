@@ -7,14 +7,14 @@ import torch
 from torch_geometric.data import Data
 
 from securefgl.algorithms.base import Client
-from securefgl.engine.local_training import (
+from securefgl.nn import ModelSpec, build_model
+from securefgl.training.local_training import (
     predict_shared,
     predict_stacked,
     train_clients,
     train_clients_sequential,
 )
-from securefgl.engine.optim import StackedOptimizer
-from securefgl.nn import ModelSpec, build_model
+from securefgl.training.optim import StackedOptimizer
 
 
 def _edges(n: int, p: float, g: torch.Generator) -> torch.Tensor:

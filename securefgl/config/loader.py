@@ -13,8 +13,10 @@ fixed-length ``tuple[X, Y]``, ``list[X]``, ``dict[str, X]`` (``dict[str, Any]`` 
 resolved config round-trips (``None`` values are left out of the TOML file); the strings ``"none"`` and
 ``"null"`` are read as ``None`` for optional fields.
 
-This module also defines the data-side sections :class:`DatasetConfig`, :class:`CSBMConfig` and
-:class:`PartitionConfig`; the engine defines its own sections with the same machinery.
+The sections themselves live next to this module: :mod:`securefgl.config.data` (dataset and partition),
+:mod:`securefgl.config.train` (optimisation) and :mod:`securefgl.config.run` (a whole run). This module
+imports nothing of securefgl but :mod:`securefgl.errors`, so every layer may build its own option
+dataclasses with it.
 """
 
 from __future__ import annotations
@@ -42,16 +44,10 @@ __all__ = [
     "merge",
     "dumps_toml",
     "save_config",
-    "CSBMConfig",
-    "DatasetConfig",
-    "PartitionConfig",
-    "DataConfig",
-    "SplitSpec",
 ]
 
 T = TypeVar("T")
 _NONE_STRINGS = ("none", "null")
-SplitSpec = tuple[float, float, float] | Literal["public"]
 
 
 def _key(where: str, name: str) -> str:
@@ -450,126 +446,3 @@ def save_config(
     text = json.dumps(values, indent=2, sort_keys=False) + "\n" if fmt == "json" else dumps_toml(values)
     path.write_text(text, encoding="utf-8")
     return path
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Data-side sections
-# ----------------------------------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class CSBMConfig:
-    """Parameters of the synthetic contextual SBM (see :func:`securefgl.data.make_csbm`)."""
-
-    num_nodes: int = 3000
-    num_classes: int = 5
-    avg_degree: float = 10.0
-    homophily: float = 0.8
-    num_features: int = 64
-    signal: float = 1.0
-    imbalance: float = 0.0
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        from securefgl.data.synthetic import check_csbm_params
-
-        check_csbm_params(**to_dict(self))
-
-
-@dataclasses.dataclass(frozen=True)
-class DatasetConfig:
-    """Which graph to load.
-
-    Args:
-        name: A known dataset (``securefgl datasets`` lists them) or ``"csbm"`` for the synthetic default.
-            (default: ``"csbm"``)
-        root: Data root; ``None`` means ``$SECUREFGL_DATA`` or the user cache directory. (default: ``None``)
-        csbm: Parameters used when ``name == "csbm"``.
-    """
-
-    name: str = "csbm"
-    root: str | None = None
-    csbm: CSBMConfig = dataclasses.field(default_factory=CSBMConfig)
-
-    def __post_init__(self) -> None:
-        from securefgl.data.datasets import canonical_name
-
-        object.__setattr__(self, "name", canonical_name(self.name, error=ConfigError, key="dataset.name"))
-
-    def load(self) -> Any:
-        """Load the graph: :func:`~securefgl.data.make_csbm` with ``csbm`` for ``"csbm"``, else
-        :func:`~securefgl.data.load_dataset` under ``root``."""
-        if self.name == "csbm":
-            from securefgl.data.synthetic import make_csbm
-
-            return make_csbm(**to_dict(self.csbm))
-        from securefgl.data.datasets import load_dataset
-
-        return load_dataset(self.name, self.root)
-
-
-@dataclasses.dataclass(frozen=True)
-class PartitionConfig:
-    """How a graph is split among clients and how each client splits its nodes.
-
-    Args:
-        method: Partitioner name (``random``, ``metis``, ``louvain``, ``louvain+``, ``metis+``, ``dirichlet``,
-            ``structure-noniid``, ``fedlog``, ``kmeans``, ``file``: a saved node -> client array, with
-            ``params.path``). (default: ``"louvain"``)
-        clients: Number of clients K. (default: 10)
-        seed: Seed of the partition and of the per-client splits. (default: 0)
-        split: ``[train, val, test]`` ratios (sum at most 1, stratified per class) or ``"public"`` for the
-            dataset's own split. (default: ``[0.2, 0.4, 0.4]``)
-        split_scope: ``"client"`` draws each client's split from its own nodes; ``"global"`` draws one split of
-            the whole graph before partitioning (FedStruct). (default: ``"client"``)
-        stratified: Split per class (floor rounding, remainder to test) or over all nodes. (default: ``True``)
-        cache: Read/write the partition cache under the data root. (default: ``True``)
-        params: Method parameters (e.g. ``alpha`` for ``dirichlet``); unknown ones are rejected.
-    """
-
-    method: str = "louvain"
-    clients: int = 10
-    seed: int = 0
-    split: SplitSpec = (0.2, 0.4, 0.4)
-    split_scope: Literal["client", "global"] = "client"
-    stratified: bool = True
-    cache: bool = True
-    params: dict[str, Any] = dataclasses.field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        from securefgl.data.partition import check_method_params, normalize_method
-        from securefgl.data.splits import check_split
-
-        object.__setattr__(
-            self, "method", normalize_method(self.method, error=ConfigError, key="partition.method")
-        )
-        if self.clients < 1:
-            raise ConfigError(f"partition.clients must be at least 1, got {self.clients}")
-        check_split(self.split, key="partition.split")
-        check_method_params(self.method, self.params, where="partition.params")
-
-    def apply(self, data: Any, *, root: str | None = None, cache_dir: str | Path | None = None) -> Any:
-        """Partition ``data`` (a ``Data``) with these settings; returns a :class:`~securefgl.data.FederatedGraph`."""
-        from securefgl.data.partition import partition_graph
-
-        return partition_graph(
-            data,
-            self.method,
-            self.clients,
-            seed=self.seed,
-            split=self.split,
-            split_scope=self.split_scope,
-            stratified=self.stratified,
-            cache=self.cache,
-            cache_dir=cache_dir,
-            root=root,
-            **self.params,
-        )
-
-
-@dataclasses.dataclass(frozen=True)
-class DataConfig:
-    """The ``[dataset]`` and ``[partition]`` sections together (what ``securefgl partition`` reads)."""
-
-    dataset: DatasetConfig = dataclasses.field(default_factory=DatasetConfig)
-    partition: PartitionConfig = dataclasses.field(default_factory=PartitionConfig)

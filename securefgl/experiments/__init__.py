@@ -1,0 +1,35 @@
+"""securefgl.experiments: what the reproduction scripts in ``examples/`` share, as a tested library.
+
+One module per concept:
+
+* :mod:`securefgl.experiments.partition_files`: the partition files the scripts read
+  (:func:`partition_file`) and their ``--partition-dir`` option (:func:`add_partition_dir_option`);
+* :mod:`securefgl.experiments.opfgl_reference_partition`: the replay of the louvain+ / metis+ partitions
+  behind O-pFGL's tables;
+* :mod:`securefgl.experiments.adafgl_reference_partition`: the replay of the Louvain community split behind
+  AdaFGL's Table II;
+* :mod:`securefgl.experiments.adafgl`: the settings of AdaFGL's Table II cells (split ratios, partition
+  parameters, run config);
+* :mod:`securefgl.experiments.claims`: FedLoG's generalisation claim, judged from per-seed result rows
+  (:func:`claim_verdicts`).
+
+Importing this package, the two replays or :mod:`~securefgl.experiments.claims` needs only numpy and the
+standard library (no torch), so the replays also run in the reference tools' own environments;
+:mod:`securefgl.experiments.adafgl` builds run configs and is imported by name.
+"""
+
+from __future__ import annotations
+
+from securefgl.experiments import adafgl_reference_partition, opfgl_reference_partition
+from securefgl.experiments.claims import ClaimCheck, ClaimVerdict, claim_verdicts
+from securefgl.experiments.partition_files import add_partition_dir_option, partition_file
+
+__all__ = [
+    "ClaimCheck",
+    "ClaimVerdict",
+    "adafgl_reference_partition",
+    "add_partition_dir_option",
+    "claim_verdicts",
+    "opfgl_reference_partition",
+    "partition_file",
+]
