@@ -2,8 +2,8 @@
 
 For a dataset's shapes (default Cora: F = 1433, C = 7, m = 20) and K clients (default 3, the setting of the
 paper's A.3 figures), builds the exact per-round schemas that :class:`securefgl.algorithms.fedlog.FedLoG` and
-:class:`securefgl.algorithms.fedavg.FedAvg` (GCN, hidden 64) declare, fills them with contributions of the
-right shape and range, and runs ``plaintext`` and ``secagg`` on them. Reported per protocol: bytes each client
+:class:`securefgl.algorithms.baselines.fedavg.FedAvg` (GCN, hidden 64) declare, fills them with contributions of
+the right shape and range, and runs ``plaintext`` and ``secagg`` on them. Reported per protocol: bytes each client
 sends and receives in the sum (from the transcript) plus the broadcast it downloads, and the aggregation wall
 time; FedLoG's one-off prompt-generator sum (round 0) is reported separately. No training runs here, so the
 numbers isolate what FedLoG's uploads cost under each protocol.
@@ -24,7 +24,7 @@ import time
 import torch
 
 from securefgl.algorithms.base import RoundState, Setting
-from securefgl.algorithms.fedavg import FedAvg
+from securefgl.algorithms.baselines.fedavg import FedAvg
 from securefgl.algorithms.fedlog import FedLoG
 from securefgl.config import TrainConfig
 from securefgl.engine.runner import broadcast_nbytes

@@ -24,7 +24,7 @@ import sys
 
 import torch
 
-from securefgl.algorithms.fedspray_presets import get_preset
+from securefgl.algorithms.fedspray.presets import get_preset
 from securefgl.config import RunConfig, build, merge
 from securefgl.data import load_dataset, partition_graph
 from securefgl.engine.runner import run_seed

@@ -1,7 +1,7 @@
 """FedStruct cost: the private setup (bytes and seconds per client, dense and pruned) against the centrally
 computed matrix, and the per-round training time under a secure protocol against plaintext.
 
-Setup: :func:`securefgl.algorithms._fedstruct_setup.private_abar` with the receiver-blinded sums of
+Setup: :func:`securefgl.algorithms.fedstruct._setup.private_abar` with the receiver-blinded sums of
 ``--protocol`` (one receiver at a time), K clients on a random partition; reported per client are the bytes
 it sent and received (from the protocol transcripts), the wall time per client (total / K, the simulation is
 sequential), and the error against :math:`\\hat A^{L_s}` computed centrally. Pruning is applied after
@@ -26,8 +26,8 @@ import time
 import numpy as np
 import torch
 
-from securefgl.algorithms._fedstruct_setup import StructureView, central_abar, private_abar
 from securefgl.algorithms.fedstruct import attach_cross_edges
+from securefgl.algorithms.fedstruct._setup import StructureView, central_abar, private_abar
 from securefgl.config import RunConfig
 from securefgl.data import load_dataset, make_csbm, partition_graph
 from securefgl.engine.runner import run_seed

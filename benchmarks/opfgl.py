@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from securefgl.algorithms.opfgl_presets import preset_config
+from securefgl.algorithms.opfgl.presets import preset_config
 from securefgl.config import RunConfig, merge
 from securefgl.data import load_dataset, partition_graph
 from securefgl.engine.runner import run_seed

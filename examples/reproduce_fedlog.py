@@ -66,9 +66,9 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from securefgl.algorithms.base import Client
-from securefgl.algorithms.fedavg import FedAvg
+from securefgl.algorithms.baselines.fedavg import FedAvg
+from securefgl.algorithms.baselines.local import Local
 from securefgl.algorithms.fedlog import attach_generalization_sets, best_round
-from securefgl.algorithms.local import Local
 from securefgl.algorithms.registry import register_algorithm
 from securefgl.config import RunConfig, build
 from securefgl.data import load_dataset, partition_graph

@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from securefgl.algorithms.fedspray_presets import get_preset
+from securefgl.algorithms.fedspray.presets import get_preset
 from securefgl.config import RunConfig, build, merge, parse_overrides
 from securefgl.data import load_dataset, partition_graph
 from securefgl.engine import run_seed

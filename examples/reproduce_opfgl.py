@@ -54,7 +54,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from securefgl.algorithms.opfgl_presets import preset_config
+from securefgl.algorithms.opfgl.presets import preset_config
 from securefgl.config import RunConfig, merge
 from securefgl.data import load_dataset
 from securefgl.data.partition import partition_graph

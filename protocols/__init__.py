@@ -15,7 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 from securefgl.protocols.base import SERVER, DropoutPlan, MessageRecord, Protocol, Sums, Transcript
 from securefgl.protocols.encoding import BlockSpec, EncodedVector, SumSchema
-from securefgl.protocols.registry import available_protocols, get_protocol, register_protocol
+from securefgl.protocols.registry import (
+    ProtocolSpec,
+    available_protocols,
+    get_protocol,
+    parse_protocol,
+    register_protocol,
+)
 
 if TYPE_CHECKING:
     from securefgl.protocols.ckks import CKKSAggregation
@@ -43,6 +49,7 @@ __all__ = [
     "MessageRecord",
     "PlaintextAggregation",
     "Protocol",
+    "ProtocolSpec",
     "SecAgg",
     "SecAggPlus",
     "SumSchema",
@@ -50,6 +57,7 @@ __all__ = [
     "Transcript",
     "available_protocols",
     "get_protocol",
+    "parse_protocol",
     "register_protocol",
 ]
 

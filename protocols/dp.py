@@ -65,19 +65,31 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
-import os
 import time
-import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from scipy.special import gammaln, logsumexp
 
 from securefgl.errors import ConfigError, PrivacyBudgetError, ReleaseRefusedError, UnsupportedCombinationError
-from securefgl.protocols._prg import KEY_BYTES, MAX_BLOCKS_PER_KEY, derive_key, keystream_into
+from securefgl.protocols._dp_accounting import (
+    DEFAULT_BETA,
+    OPACUS_DEFAULT_ALPHAS,
+    RDP_ORDERS_INT,
+    RDP_ORDERS_Q1,
+    DDGBlock,
+    check_delta,
+    check_sample_rate,
+    ddg_epsilon,
+    ddg_round_rdp,
+    epsilon_from_rdp,
+    poisson_subsampled_rdp,
+)
+from securefgl.protocols._dp_report import PrivacyReport, PrivateSums
+from securefgl.protocols._dp_sampler import CryptoUniform, conditional_round, discrete_gaussian
+from securefgl.protocols._prg import derive_key
 from securefgl.protocols.base import Contribution, DropoutPlan, Protocol, Sums, Transcript
 from securefgl.protocols.encoding import BlockSpec, SumSchema
 
@@ -85,6 +97,7 @@ __all__ = [
     "CryptoUniform",
     "DDGBlock",
     "DistributedDP",
+    "OPACUS_DEFAULT_ALPHAS",
     "PrivacyReport",
     "PrivateSums",
     "RDP_ORDERS_INT",
@@ -96,445 +109,9 @@ __all__ = [
     "poisson_subsampled_rdp",
 ]
 
-#: Opacus's default RDP orders (``opacus.accountants.RDPAccountant.DEFAULT_ALPHAS``; checked in the tests).
-OPACUS_DEFAULT_ALPHAS: tuple[float, ...] = tuple(
-    [1 + x / 10.0 for x in range(1, 100)] + [float(a) for a in range(12, 64)]
-)
-#: RDP orders used when every client takes part (q = 1): Opacus's defaults plus larger orders.
-RDP_ORDERS_Q1: tuple[float, ...] = OPACUS_DEFAULT_ALPHAS + (
-    64.0,
-    80.0,
-    96.0,
-    128.0,
-    192.0,
-    256.0,
-)
-#: Integer RDP orders used with client sampling (the Zhu-Wang bound needs integer orders).
-RDP_ORDERS_INT: tuple[float, ...] = tuple(float(a) for a in range(2, 64)) + (
-    64.0,
-    80.0,
-    96.0,
-    128.0,
-    192.0,
-    256.0,
-)
-
-_DEFAULT_BETA = math.exp(-0.5)
 #: Noise tail (in standard deviations of one share) kept inside the inner schema's bound; a share
 #: beyond it (probability < 2 e^{-98} per element) would be clipped by the inner protocol.
 _TAIL_SIGMAS = 14.0
-_U53 = 2.0**-53
-
-
-# ----------------------------------------------------------------------------------------------------
-# CSPRNG uniforms and the discrete Gaussian sampler (hazmat)
-# ----------------------------------------------------------------------------------------------------
-
-
-class CryptoUniform:
-    """Uniform random words and floats from an AES-256-CTR keystream (a CSPRNG).
-
-    Hazmat. The key is 256 bits from ``os.urandom`` unless given; the stream is re-keyed through HKDF
-    before the per-key block limit of :mod:`securefgl.protocols._prg` is reached.
-
-    Args:
-        key: 32-byte key (tests pass a derived key; production leaves it ``None``).
-    """
-
-    def __init__(self, key: bytes | None = None) -> None:
-        if key is None:
-            key = os.urandom(KEY_BYTES)
-        if not isinstance(key, (bytes, bytearray)) or len(key) != KEY_BYTES:
-            raise ConfigError(f"CryptoUniform needs a {KEY_BYTES}-byte key, got {type(key).__name__}")
-        self._key = bytes(key)
-        self._block = 0
-        self._epoch = 0
-        self._zeros = np.zeros(0, dtype=np.uint8)
-
-    def words(self, n: int) -> np.ndarray:
-        """``n`` uniform ``uint64`` words.
-
-        Shapes:
-            output: ``(n,)`` uint64.
-        """
-        out = np.empty(int(n), dtype=np.uint64)
-        blocks = -(-8 * out.size // 16)
-        if self._block + blocks > MAX_BLOCKS_PER_KEY:
-            self._epoch += 1
-            self._key = derive_key(self._key, "dp-csprng-rekey", label=str(self._epoch))
-            self._block = 0
-        if self._zeros.size < out.nbytes:
-            self._zeros = np.zeros(out.nbytes, dtype=np.uint8)
-        keystream_into(self._key, out, start_block=self._block, zeros=self._zeros)
-        self._block += blocks
-        return out
-
-    def uniform(self, n: int) -> np.ndarray:
-        """``n`` floats uniform on the 53-bit grid of :math:`(0, 1]`."""
-        w = self.words(n)
-        return ((w >> np.uint64(11)).astype(np.float64) + 1.0) * _U53
-
-    def uniform_open(self, n: int) -> np.ndarray:
-        """``n`` floats uniform on the 53-bit grid of :math:`[0, 1)`."""
-        return (self.words(n) >> np.uint64(11)).astype(np.float64) * _U53
-
-
-def discrete_gaussian(sigma: float, size: int, source: CryptoUniform) -> np.ndarray:
-    """Samples of the discrete Gaussian :math:`\\mathcal{N}_{\\mathbb{Z}}(0, \\sigma^2)`, vectorised.
-
-    Hazmat. :math:`P(Y = y) \\propto e^{-y^2 / 2\\sigma^2}` on the integers. Canonne-Kamath-Steinke
-    (2020) Alg. 3 with a discrete Laplace proposal of scale :math:`t = \\lfloor\\sigma\\rfloor + 1`,
-    sampled by inverting :math:`P(|Y| \\ge k) = 2r^k/(1+r)`, :math:`r = e^{-1/t}` (one log per
-    candidate), with a uniform sign, accepted with probability
-    :math:`\\exp(-(|y| - \\sigma^2/t)^2 / 2\\sigma^2)`. Float64 arithmetic on 53-bit CSPRNG uniforms (see
-    the module docstring for the accuracy).
-
-    Args:
-        sigma: the scale :math:`\\sigma > 0` (0 gives zeros).
-        size: number of samples.
-        source: the CSPRNG.
-
-    Shapes:
-        output: ``(size,)`` int64.
-    """
-    size = int(size)
-    if not math.isfinite(sigma) or sigma < 0:
-        raise ConfigError(f"discrete Gaussian sigma must be finite and >= 0, got {sigma!r}")
-    out = np.zeros(size, dtype=np.int64)
-    if sigma == 0 or size == 0:
-        return out
-    t = math.floor(sigma) + 1.0
-    s2 = sigma * sigma
-    shift = s2 / t
-    log_tail = math.log1p(math.expm1(-1.0 / t) / 2.0)  # log((1 + r) / 2)
-    neg_inv_2s2 = -1.0 / (2.0 * s2)
-    filled = 0
-    while filled < size:
-        m = int((size - filled) * 1.3) + 64
-        w = source.words(2 * m)
-        first = w[:m]
-        neg = (first & np.uint64(1)).astype(bool)  # bit 0 is independent of the top 53 bits
-        mag = (first >> np.uint64(11)).astype(np.float64)
-        mag += 1.0
-        mag *= _U53  # uniform on (0, 1]
-        np.log(mag, out=mag)
-        mag += log_tail
-        mag *= -t
-        np.floor(mag, out=mag)
-        np.maximum(mag, 0.0, out=mag)  # |Y| of the discrete Laplace proposal
-        prob = mag - shift
-        np.square(prob, out=prob)
-        prob *= neg_inv_2s2
-        np.exp(prob, out=prob)  # acceptance probability
-        v = (w[m:] >> np.uint64(11)).astype(np.float64)
-        v *= _U53  # uniform on [0, 1)
-        accept = v < prob
-        y = mag[accept]
-        flip = neg[accept]
-        y[flip] = -y[flip]
-        take = min(y.size, size - filled)
-        out[filled : filled + take] = y[:take]
-        filled += take
-    return out
-
-
-def conditional_round(
-    y: np.ndarray, bound_sq: float, source: CryptoUniform, *, max_attempts: int = 10_000
-) -> np.ndarray:
-    """Conditional randomized rounding: unbiased stochastic rounding, redrawn until the norm bound holds.
-
-    Hazmat. Kairouz et al. 2021, Sec. 4.1: round each coordinate of ``y`` (grid units) up with
-    probability its fractional part, and redraw the whole vector while :math:`\\lVert \\tilde y
-    \\rVert_2^2 > \\Delta^2`. With :math:`\\Delta^2` from :meth:`DDGBlock.sensitivity_sq` each draw
-    succeeds with probability at least :math:`1 - \\beta` (and always when the deterministic bound
-    :math:`(c + \\sqrt d)^2` is the smaller one).
-
-    Args:
-        y: the clipped vector in grid units.
-        bound_sq: :math:`\\Delta^2`.
-        source: the CSPRNG.
-        max_attempts: safety stop (never reached in practice).
-
-    Shapes:
-        ``y``: ``(d,)`` float64; output: ``(d,)`` int64.
-    """
-    fl = np.floor(y)
-    frac = y - fl
-    base = fl.astype(np.int64)
-    # Conservative margin for the float64 norm computation.
-    limit = float(bound_sq) * (1.0 - 1e-12)
-    for _ in range(max_attempts):
-        r: np.ndarray = base + (source.uniform_open(y.size) < frac)
-        rf = r.astype(np.float64)
-        if float(np.einsum("i,i->", rf, rf)) <= limit:
-            return r
-    raise PrivacyBudgetError(
-        f"conditional rounding did not meet the norm bound {math.sqrt(bound_sq):.6g} in {max_attempts} "
-        "attempts; the clip norm or beta is inconsistent"
-    )
-
-
-# ----------------------------------------------------------------------------------------------------
-# Accounting (pure functions)
-# ----------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class DDGBlock:
-    """Public DDG parameters of one noised block, in grid units.
-
-    Args:
-        dim: :math:`d`, number of elements.
-        clip: :math:`c = C/\\gamma`, the L2 clip norm in grid units.
-        sigma: :math:`\\sigma`, the per-client discrete Gaussian scale in grid units.
-        beta: the conditional-rounding parameter :math:`\\beta \\in [0, 1)` (0: no conditioning).
-    """
-
-    dim: int
-    clip: float
-    sigma: float
-    beta: float = _DEFAULT_BETA
-
-    def sensitivity_sq(self) -> float:
-        """:math:`\\Delta^2`: the L2 sensitivity bound after conditional rounding (Kairouz et al. Thm. 1)."""
-        c, d = float(self.clip), float(self.dim)
-        det = (c + math.sqrt(d)) ** 2
-        if self.beta <= 0:
-            return det
-        prob = c * c + d / 4.0 + math.sqrt(2.0 * math.log(1.0 / self.beta)) * (c + math.sqrt(d) / 2.0)
-        return min(det, prob)
-
-    def tau(self, max_shares: int) -> float:
-        """:math:`\\tau = 10 \\sum_{k=1}^{N-1} e^{-2\\pi^2\\sigma^2 k/(k+1)}` for ``max_shares`` = :math:`N`."""
-        n = int(max_shares)
-        if n <= 1:
-            return 0.0
-        k = np.arange(1, n, dtype=np.float64)
-        return float(10.0 * np.exp(-2.0 * math.pi**2 * self.sigma**2 * k / (k + 1.0)).sum())
-
-
-def ddg_round_rdp(
-    blocks: Sequence[DDGBlock],
-    orders: Sequence[float] | np.ndarray,
-    *,
-    min_shares: int,
-    max_shares: int,
-) -> np.ndarray:
-    """RDP of one round of the distributed discrete Gaussian, summed over blocks (no subsampling).
-
-    Kairouz et al. 2021, Prop. 14 with Thm. 1 (the L1 variant of the bound is omitted: a minimum of
-    valid bounds stays valid). Valid for any number of noise shares in ``[min_shares, max_shares]``.
-
-    Args:
-        blocks: the noised blocks.
-        orders: RDP orders :math:`\\alpha > 1`.
-        min_shares: :math:`m`, the fewest noise shares a released sum can hold.
-        max_shares: :math:`N`, the most (``schema.max_clients``).
-
-    Returns:
-        ``(len(orders),)`` float64 RDP values.
-    """
-    a = np.asarray(orders, dtype=np.float64)
-    total = np.zeros_like(a)
-    for b in blocks:
-        if b.dim == 0:
-            continue
-        if b.sigma <= 0:
-            return np.full_like(a, np.inf)
-        s2 = b.sensitivity_sq() / (min_shares * b.sigma**2)
-        tau = b.tau(max_shares)
-        t1 = a * s2 / 2.0 + tau * b.dim
-        t2 = a / 2.0 * (math.sqrt(s2) + tau * math.sqrt(b.dim)) ** 2
-        total += np.minimum(t1, t2)
-    return total
-
-
-def poisson_subsampled_rdp(base: np.ndarray, orders: Sequence[float], q: float) -> np.ndarray:
-    """General upper bound on the RDP of a Poisson-subsampled mechanism (Zhu and Wang, ICML 2019, Thm. 6).
-
-    .. math::
-
-        \\varepsilon'(\\alpha) \\le \\frac{1}{\\alpha - 1}\\log\\Big((1-q)^{\\alpha-1}(\\alpha q - q + 1)
-        + \\tbinom{\\alpha}{2} q^2 (1-q)^{\\alpha-2} e^{\\varepsilon(2)}
-        + 3 \\sum_{l=3}^{\\alpha} \\tbinom{\\alpha}{l} q^l (1-q)^{\\alpha-l} e^{(l-1)\\varepsilon(l)}\\Big),
-
-    and never more than the unsampled :math:`\\varepsilon(\\alpha)`.
-
-    Args:
-        base: the unsampled RDP at *every* integer order :math:`2, \\dots, \\max(\\text{orders})`
-            (``base[l - 2]`` is :math:`\\varepsilon(l)`).
-        orders: integer orders to evaluate.
-        q: sampling probability in :math:`(0, 1]`.
-
-    Returns:
-        ``(len(orders),)`` float64.
-    """
-    orders_i = [int(o) for o in orders]
-    if any(o != float(x) or o < 2 for o, x in zip(orders_i, orders, strict=True)):
-        raise ConfigError(f"Poisson-subsampled RDP needs integer orders >= 2, got {list(orders)}")
-    if q >= 1.0:
-        return np.array([base[o - 2] for o in orders_i], dtype=np.float64)
-    if q <= 0.0:
-        return np.zeros(len(orders_i), dtype=np.float64)
-    logq, log1q = math.log(q), math.log1p(-q)
-    out = np.empty(len(orders_i), dtype=np.float64)
-    for i, a in enumerate(orders_i):
-        first = (a - 1) * log1q + math.log(a * q - q + 1.0)
-        ls = np.arange(2, a + 1, dtype=np.float64)
-        logcomb = gammaln(a + 1.0) - gammaln(ls + 1.0) - gammaln(a - ls + 1.0)
-        eps_l = base[ls.astype(np.int64) - 2]
-        terms = logcomb + ls * logq + (a - ls) * log1q + (ls - 1.0) * eps_l
-        weights = np.full(terms.shape, 3.0)
-        weights[0] = 1.0  # the l = 2 term has coefficient 1
-        val = logsumexp(np.concatenate(([first], terms)), b=np.concatenate(([1.0], weights))) / (a - 1)
-        out[i] = min(val, base[a - 2])
-    return out
-
-
-def _epsilon_from_rdp(orders: Sequence[float], rdp: np.ndarray, delta: float) -> tuple[float, float, bool]:
-    """(epsilon, best order, whether the best order is at the edge of the grid) via Opacus."""
-    # Imported here: importing opacus takes seconds (it pulls in its whole training stack).
-    from opacus.accountants.analysis.rdp import get_privacy_spent
-
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        eps, best = get_privacy_spent(orders=list(orders), rdp=list(rdp), delta=delta)
-    edge = any("Optimal order" in str(w.message) for w in caught)
-    return float(eps), float(best), edge
-
-
-def ddg_epsilon(
-    blocks: Sequence[DDGBlock],
-    *,
-    rounds: int,
-    sample_rate: float,
-    delta: float,
-    min_shares: int,
-    max_shares: int,
-) -> float:
-    """Epsilon at ``delta`` of ``rounds`` identical DDG rounds with client sampling rate ``sample_rate``.
-
-    Args:
-        blocks, min_shares, max_shares: see :func:`ddg_round_rdp`.
-        rounds: number of rounds.
-        sample_rate: Poisson client-sampling probability :math:`q \\in (0, 1]`.
-        delta: target delta.
-    """
-    _check_delta(delta)
-    _check_sample_rate(sample_rate)
-    if sample_rate >= 1.0:
-        orders: tuple[float, ...] = RDP_ORDERS_Q1
-        rdp = ddg_round_rdp(blocks, orders, min_shares=min_shares, max_shares=max_shares)
-    else:
-        orders = RDP_ORDERS_INT
-        ints = np.arange(2, int(max(orders)) + 1, dtype=np.float64)
-        base = ddg_round_rdp(blocks, ints, min_shares=min_shares, max_shares=max_shares)
-        rdp = poisson_subsampled_rdp(base, orders, sample_rate)
-    return _epsilon_from_rdp(orders, rdp * int(rounds), delta)[0]
-
-
-def _check_delta(delta: Any) -> float:
-    if (
-        isinstance(delta, bool)
-        or not isinstance(delta, (int, float, np.floating))
-        or not 0.0 < float(delta) < 1.0
-    ):
-        raise PrivacyBudgetError(f"delta must be a number in (0, 1), got {delta!r}")
-    return float(delta)
-
-
-def _check_sample_rate(q: Any) -> float:
-    if isinstance(q, bool) or not isinstance(q, (int, float, np.floating)) or not 0.0 < float(q) <= 1.0:
-        raise PrivacyBudgetError(f"sample_rate must be a number in (0, 1], got {q!r}")
-    return float(q)
-
-
-# ----------------------------------------------------------------------------------------------------
-# Reports
-# ----------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class PrivacyReport:
-    """The privacy guarantee after a sum, for the transcript and the run report.
-
-    Attributes:
-        unit: the privacy unit (``"client"``: one client's whole contribution per round).
-        mechanism: the noise mechanism.
-        accountant: how epsilon was computed.
-        epsilon: epsilon at ``delta`` over every round so far, with amplification by ``sample_rate``.
-        delta: the delta.
-        epsilon_participation_visible: the largest epsilon of any single client over the sums it took
-            part in, without amplification (the guarantee against a party that sees who took part, e.g.
-            the server).
-        rounds: distinct rounds accounted so far.
-        sample_rate: the client-sampling probability used for amplification.
-        noise_multiplier: :math:`z`.
-        min_contributors: :math:`m`, the fewest noise shares in a released sum.
-        noise_std: block -> standard deviation of the total noise of one element of a released sum with
-            exactly :math:`m` contributors (value units).
-        clip_norm: block -> L2 clip norm.
-        best_order: the RDP order that gave ``epsilon``.
-        order_at_edge: whether that order is the edge of the grid (the bound could be tighter).
-        inner_threshold: the inner masking protocol's Shamir threshold :math:`t` for this cohort, if it
-            has one: a server that deviates from the protocol could unmask a sum of as few as :math:`t`
-            inputs, so the noise floor holds against it only when :math:`t \\ge m`.
-    """
-
-    unit: str
-    mechanism: str
-    accountant: str
-    epsilon: float
-    delta: float
-    epsilon_participation_visible: float
-    rounds: int
-    sample_rate: float
-    noise_multiplier: float
-    min_contributors: int
-    noise_std: dict[str, float]
-    clip_norm: dict[str, float]
-    best_order: float
-    order_at_edge: bool
-    inner_threshold: int | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready copy."""
-        return dataclasses.asdict(self)
-
-
-class PrivateSums(Sums):
-    """:class:`~securefgl.protocols.base.Sums` that also carry the :class:`PrivacyReport` (``.privacy``)."""
-
-    def __init__(self, *args: Any, privacy: PrivacyReport, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.privacy = privacy
-
-    @classmethod
-    def wrap(cls, sums: Sums, privacy: PrivacyReport) -> PrivateSums:
-        """Re-wrap a ``Sums`` with a privacy report."""
-        values = {k: sums[k] for k in sums}
-        rows = {k: m for k in sums if (m := sums.withheld_rows(k)) is not None}
-        return cls(
-            values,
-            num_contributors=sums.num_contributors,
-            withheld=sums.withheld,
-            withheld_rows=rows,
-            clip_counts=sums.clip_counts,
-            max_abs_error=sums.max_abs_error,
-            privacy=privacy,
-        )
-
-    def to(self, device: torch.device | str) -> PrivateSums:
-        return PrivateSums.wrap(super().to(device), self.privacy)
-
-    def __repr__(self) -> str:
-        p = self.privacy
-        return f"{super().__repr__()[:-1]}; epsilon={p.epsilon:.4g} at delta={p.delta:g})"
-
-
-# ----------------------------------------------------------------------------------------------------
-# The wrapper
-# ----------------------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -614,7 +191,7 @@ class DistributedDP(Protocol):
         delta: float = 1e-5,
         rounds: int | None = None,
         sample_rate: float = 1.0,
-        beta: float = _DEFAULT_BETA,
+        beta: float = DEFAULT_BETA,
         insecure_seed: int | None = None,
     ) -> None:
         if not isinstance(base, Protocol):
@@ -667,9 +244,9 @@ class DistributedDP(Protocol):
         self.clip_norm = self._check_clip(clip_norm)
         self.noise_multiplier = None if noise_multiplier is None else float(noise_multiplier)
         self.target_epsilon = None if epsilon is None else float(epsilon)
-        self.delta = _check_delta(delta)
+        self.delta = check_delta(delta)
         self.rounds = None if rounds is None else int(rounds)
-        self.sample_rate = _check_sample_rate(sample_rate)
+        self.sample_rate = check_sample_rate(sample_rate)
         self.beta = float(beta)
         self._insecure_seed = insecure_seed
         self._plans: dict[bytes, _SchemaPlan] = {}
@@ -736,18 +313,7 @@ class DistributedDP(Protocol):
                     "marked dp=True: row-wise release on noised counts is not supported yet; mark the "
                     "count block dp=False (its rows then gate the release exactly) or drop counted_by"
                 )
-        clip: dict[str, float] = {}
-        if isinstance(self.clip_norm, dict):
-            missing = [n for n in dp_names if n not in self.clip_norm]
-            unknown = sorted(set(self.clip_norm) - set(schema.names))
-            if missing or unknown:
-                raise ConfigError(
-                    f"clip_norm mapping must name every dp block: missing {missing}, unknown {unknown}; "
-                    f"dp blocks: {list(dp_names)}"
-                )
-            clip = {n: self.clip_norm[n] for n in dp_names}
-        else:
-            clip = {n: float(self.clip_norm) for n in dp_names}
+        clip = self._plan_clip(schema, dp_names)
         gamma = {b.name: (schema.steps[b.name] if b.kind == "real" else 1.0) for b in dp_specs}
         unit = {
             b.name: DDGBlock(dim=b.size, clip=clip[b.name] / gamma[b.name], sigma=1.0, beta=self.beta)
@@ -776,6 +342,46 @@ class DistributedDP(Protocol):
                     "distributed discrete Gaussian analysis does not apply; raise the noise multiplier or "
                     "the clip norm, or use a finer precision"
                 )
+        inner = self._inner_schema(schema, blocks, gamma, clip)
+        for n in dp_names:
+            if schema[n].kind == "real" and inner.steps[n] != gamma[n]:  # pragma: no cover - same precision
+                raise ConfigError(f"block {n!r}: inner step {inner.steps[n]} differs from {gamma[n]}")
+        bl = list(blocks.values())
+        return _SchemaPlan(
+            inner=inner,
+            dp_names=dp_names,
+            gamma=gamma,
+            clip=clip,
+            blocks=blocks,
+            noise_multiplier=z,
+            round_rdp_q1=ddg_round_rdp(bl, RDP_ORDERS_Q1, min_shares=m, max_shares=schema.max_clients),
+            round_rdp_int=ddg_round_rdp(bl, _INT_GRID, min_shares=m, max_shares=schema.max_clients),
+        )
+
+    def _plan_clip(self, schema: SumSchema, dp_names: tuple[str, ...]) -> dict[str, float]:
+        """The L2 clip norm of every dp block (from one norm, or a mapping that names exactly them)."""
+        clip: dict[str, float] = {}
+        if isinstance(self.clip_norm, dict):
+            missing = [n for n in dp_names if n not in self.clip_norm]
+            unknown = sorted(set(self.clip_norm) - set(schema.names))
+            if missing or unknown:
+                raise ConfigError(
+                    f"clip_norm mapping must name every dp block: missing {missing}, unknown {unknown}; "
+                    f"dp blocks: {list(dp_names)}"
+                )
+            clip = {n: self.clip_norm[n] for n in dp_names}
+        else:
+            clip = {n: float(self.clip_norm) for n in dp_names}
+        return clip
+
+    def _inner_schema(
+        self,
+        schema: SumSchema,
+        blocks: Mapping[str, DDGBlock],
+        gamma: Mapping[str, float],
+        clip: Mapping[str, float],
+    ) -> SumSchema:
+        """The schema the inner protocol sums: dp blocks widened to hold the noise tail, as real blocks."""
         inner_blocks: list[BlockSpec] = []
         for spec in schema.blocks:
             if spec.name not in blocks:
@@ -794,26 +400,12 @@ class DistributedDP(Protocol):
                     dtype=spec.dtype if spec.kind == "real" else torch.float64,
                 )
             )
-        inner = SumSchema(
+        return SumSchema(
             inner_blocks,
             max_clients=schema.max_clients,
             precision=schema.precision,
-            min_contributors=max(schema.min_contributors, m),
+            min_contributors=max(schema.min_contributors, self.min_contributors),
             extra_bits=schema.extra_bits,
-        )
-        for n in dp_names:
-            if schema[n].kind == "real" and inner.steps[n] != gamma[n]:  # pragma: no cover - same precision
-                raise ConfigError(f"block {n!r}: inner step {inner.steps[n]} differs from {gamma[n]}")
-        bl = list(blocks.values())
-        return _SchemaPlan(
-            inner=inner,
-            dp_names=dp_names,
-            gamma=gamma,
-            clip=clip,
-            blocks=blocks,
-            noise_multiplier=z,
-            round_rdp_q1=ddg_round_rdp(bl, RDP_ORDERS_Q1, min_shares=m, max_shares=schema.max_clients),
-            round_rdp_int=ddg_round_rdp(bl, _INT_GRID, min_shares=m, max_shares=schema.max_clients),
         )
 
     def _calibrate(self, blocks_for: Any, max_shares: int) -> float:
@@ -863,12 +455,12 @@ class DistributedDP(Protocol):
             for curve in led.rounds_int.values():
                 total = total + poisson_subsampled_rdp(curve, orders, self.sample_rate)
         if led.rounds_q1:
-            eps, best, edge = _epsilon_from_rdp(orders, total, self.delta)
+            eps, best, edge = epsilon_from_rdp(orders, total, self.delta)
         else:
             eps, best, edge = 0.0, float("nan"), False
         worst = 0.0
         for curve in led.clients_q1.values():
-            worst = max(worst, _epsilon_from_rdp(RDP_ORDERS_Q1, curve, self.delta)[0])
+            worst = max(worst, epsilon_from_rdp(RDP_ORDERS_Q1, curve, self.delta)[0])
         plan = plan or next(iter(self._plans.values()), None)
         noise_std: dict[str, float] = {}
         clip: dict[str, float] = {}

@@ -22,7 +22,14 @@ from typing import Any, TypeVar
 from securefgl.errors import ConfigError
 from securefgl.protocols.base import Protocol
 
-__all__ = ["available_protocols", "get_protocol", "normalize_protocol_name", "register_protocol"]
+__all__ = [
+    "ProtocolSpec",
+    "available_protocols",
+    "get_protocol",
+    "normalize_protocol_name",
+    "parse_protocol",
+    "register_protocol",
+]
 
 #: Built-in protocols: canonical name -> (module, class name). Imported on first use.
 _BUILTIN: dict[str, tuple[str, str]] = {
@@ -49,19 +56,80 @@ def _normalize_base(name: str) -> str:
     return _ALIASES.get(s, s)
 
 
+class ProtocolSpec(str):
+    """A protocol as configured: its canonical name, the base protocol, and whether distributed DP wraps it.
+
+    The one place a protocol name is read: code asks ``spec.dp`` or ``spec.base`` instead of looking at the
+    name (the spelling ``"secagg+dp"`` is sugar for ``ProtocolSpec.of("secagg", dp=True)``). A spec *is* its
+    canonical name (a ``str``), so it prints, compares and serialises as the name.
+
+    Args:
+        name: A protocol name; case, separators and a ``+dp``/``_dp`` suffix are normalised.
+
+    Attributes:
+        base: Canonical name of the base protocol (``"plaintext"``, ``"secagg"``, ``"secagg+"``, ``"ckks"``, or a
+            registered one).
+        dp: Whether :class:`~securefgl.protocols.dp.DistributedDP` wraps it (noise inside the sum for the blocks
+            an algorithm marks ``dp=True``).
+
+    Raises:
+        ConfigError: ``name`` is not a non-empty string.
+    """
+
+    base: str
+    dp: bool
+
+    def __new__(cls, name: str) -> ProtocolSpec:
+        if isinstance(name, ProtocolSpec):
+            return name
+        if not isinstance(name, str) or not name.strip():
+            raise ConfigError(f"a protocol name must be a non-empty string, got {name!r}")
+        raw = name.strip().lower()
+        m = _DP_SPLIT.match(raw)
+        dp = bool(m and m.group("base") and _normalize_base(m.group("base")) in _known_base_names())
+        base = _normalize_base(m.group("base")) if (dp and m) else _normalize_base(raw)
+        spec = super().__new__(cls, base + (_DP_SUFFIX if dp else ""))
+        spec.base, spec.dp = base, dp
+        return spec
+
+    @classmethod
+    def of(cls, base: str, *, dp: bool = False) -> ProtocolSpec:
+        """The spec of ``base`` (a base protocol name), wrapped with DP when ``dp``."""
+        spec = cls(base)
+        if spec.dp:
+            raise ConfigError(
+                f"ProtocolSpec.of takes a base protocol name, got {base!r}; pass dp=True instead"
+            )
+        return cls(spec.base + _DP_SUFFIX) if dp else spec
+
+    @property
+    def name(self) -> str:
+        """The canonical name as a plain ``str`` (``"secagg+dp"``)."""
+        return str.__str__(self)
+
+    def __repr__(self) -> str:
+        return f"ProtocolSpec({self.name!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (ProtocolSpec, (self.name,))
+
+
+def parse_protocol(name: str) -> ProtocolSpec:
+    """The :class:`ProtocolSpec` of a protocol name (``"SecAgg_Plus+DP"``: base ``"secagg+"``, ``dp`` true).
+
+    Raises:
+        ConfigError: ``name`` is not a non-empty string.
+    """
+    return ProtocolSpec(name)
+
+
 def normalize_protocol_name(name: str) -> str:
     """The canonical form of a protocol name (``"SecAgg_Plus+DP"`` -> ``"secagg++dp"``).
 
     Raises:
         ConfigError: ``name`` is not a non-empty string.
     """
-    if not isinstance(name, str) or not name.strip():
-        raise ConfigError(f"a protocol name must be a non-empty string, got {name!r}")
-    raw = name.strip().lower()
-    m = _DP_SPLIT.match(raw)
-    if m and m.group("base") and _normalize_base(m.group("base")) in _known_base_names():
-        return _normalize_base(m.group("base")) + _DP_SUFFIX
-    return _normalize_base(raw)
+    return parse_protocol(name).name
 
 
 def _known_base_names() -> list[str]:
@@ -186,13 +254,14 @@ def get_protocol(name: str, **options: Any) -> Protocol:
         ConfigError: unknown name (the message lists the valid ones), a protocol whose module cannot be
             imported, or options its constructor does not accept.
     """
-    canonical = normalize_protocol_name(name)
-    if canonical.endswith(_DP_SUFFIX):
-        base_name = canonical[: -len(_DP_SUFFIX)]
+    spec = parse_protocol(name)
+    canonical = spec.name
+    if spec.dp:
+        base_name = spec.base
         dp_opts = dict(options.pop("dp", None) or {})
         for key in [k for k in options if k.startswith("dp_")]:
             dp_opts[key[3:]] = options.pop(key)
-        base = _construct(_resolve(base_name, name), f"protocol {base_name!r}", options)
+        base = _construct(_resolve(base_name, str(name)), f"protocol {base_name!r}", options)
         module, attr = _DP_MODULE
         try:
             wrapper: type[Protocol] = getattr(importlib.import_module(module), attr)
@@ -204,4 +273,4 @@ def get_protocol(name: str, **options: Any) -> Protocol:
         return _construct(wrapper, f"the DP wrapper of {base_name!r}", dp_opts, base)
     if "dp" in options or any(k.startswith("dp_") for k in options):
         raise ConfigError(f"DP options given for protocol {canonical!r}; use {canonical + _DP_SUFFIX!r}")
-    return _construct(_resolve(canonical, name), f"protocol {canonical!r}", options)
+    return _construct(_resolve(canonical, str(name)), f"protocol {canonical!r}", options)

@@ -355,11 +355,11 @@ def _build(protocol: str, options: dict[str, Any]) -> Any:
     """The protocol with ``record_views=False`` when it has that option (byte counts are still kept)."""
     import inspect
 
-    from securefgl.protocols.registry import _resolve, get_protocol, normalize_protocol_name
+    from securefgl.protocols.registry import _resolve, get_protocol, parse_protocol
 
     opts = dict(options)
     try:
-        params = inspect.signature(_resolve(normalize_protocol_name(protocol).removesuffix("+dp"))).parameters
+        params = inspect.signature(_resolve(parse_protocol(protocol).base)).parameters
     except (ConfigError, TypeError, ValueError):
         params = {}
     if "record_views" in params and "record_views" not in opts:

@@ -225,7 +225,7 @@ def bytes_section(config: BenchConfig) -> list[dict[str, Any]]:
 
 def dp_section(config: BenchConfig) -> list[dict[str, Any]]:
     """Section ``dp``: every protocol with and without the DP wrapper (``--protocol`` narrows it)."""
-    from securefgl.protocols import available_protocols, get_protocol
+    from securefgl.protocols import ProtocolSpec, available_protocols, get_protocol
     from securefgl.protocols.dp import DDGBlock, ddg_epsilon
 
     known = available_protocols()
@@ -252,7 +252,7 @@ def dp_section(config: BenchConfig) -> list[dict[str, Any]]:
                     continue
                 plain_schema, dp_schema = _schema(n, d), _schema(n, d, dp=True)
                 proto = get_protocol(base, record_views=False)
-                wrapped = get_protocol(base + "+dp", record_views=False, dp=DP_OPTIONS)
+                wrapped = get_protocol(ProtocolSpec.of(base, dp=True), record_views=False, dp=DP_OPTIONS)
                 t_base, _ = _best(
                     lambda p=proto, s=plain_schema, c=contribs: p.aggregate(s, c), config.repeats
                 )

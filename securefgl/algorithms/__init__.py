@@ -10,13 +10,10 @@ from __future__ import annotations
 # Algorithm modules register themselves when imported (one import per module, below).
 # --- algorithm modules ---
 import securefgl.algorithms.adafgl  # noqa: F401, E402
-import securefgl.algorithms.centralized  # noqa: F401, E402
-import securefgl.algorithms.fedavg  # noqa: F401, E402
+import securefgl.algorithms.baselines  # noqa: F401, E402
 import securefgl.algorithms.fedlog  # noqa: F401, E402
-import securefgl.algorithms.fedprox  # noqa: F401, E402
 import securefgl.algorithms.fedspray  # noqa: F401, E402
 import securefgl.algorithms.fedstruct  # noqa: F401, E402
-import securefgl.algorithms.local  # noqa: F401, E402
 import securefgl.algorithms.opfgl  # noqa: F401, E402
 from securefgl.algorithms.base import (
     Algorithm,

@@ -37,7 +37,7 @@ The server sees sums only, by construction:
 * What clients send is declared up front by a ``SumSchema`` (names, shapes, public bounds); weighted
   averages are sent as numerator and denominator blocks and divided after aggregation.
 
-Worked example: FedAvg in thirty lines (the real, batched one is :mod:`securefgl.algorithms.fedavg`;
+Worked example: FedAvg in thirty lines (the real, batched one is :mod:`securefgl.algorithms.baselines.fedavg`;
 this block is executed by the test suite):
 
 .. code-block:: python
@@ -126,6 +126,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 import torch
 
 from securefgl.errors import ConfigError, TrainingError
+from securefgl.protocols.registry import ProtocolSpec, parse_protocol
 
 if TYPE_CHECKING:
     from torch_geometric.data import Data
@@ -295,8 +296,9 @@ class Setting:
         train: Optimisation settings (:class:`securefgl.config.TrainConfig`).
         device: Where tensors live.
         max_clients_per_round: The most clients a round invites (``max_clients`` of schemas).
-        protocol: Name of the aggregation protocol (public; e.g. a ``+dp`` name makes FedAvg upload
-            DP-ready deltas).
+        protocol: The aggregation protocol (public): its base and whether distributed DP wraps it (``dp``
+            makes FedAvg upload DP-ready deltas). A name (``"secagg+dp"``) is parsed into a
+            :class:`~securefgl.protocols.registry.ProtocolSpec`.
         public_edge_index: ``(2, E)`` the federation's whole edge set in global ids, present only for an
             algorithm whose threat model makes the structure public to the server
             (:meth:`Algorithm.server_knows_edges`, e.g. FedStruct-A); never features or labels.
@@ -312,8 +314,11 @@ class Setting:
     train: TrainConfig
     device: torch.device = torch.device("cpu")
     max_clients_per_round: int = 0
-    protocol: str = ""
+    protocol: ProtocolSpec = ProtocolSpec("plaintext")
     public_edge_index: torch.Tensor | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "protocol", parse_protocol(self.protocol or "plaintext"))
 
     def make_model(self, *, generator: torch.Generator | None = None) -> torch.nn.Module:
         """A fresh model of the run's architecture, initialised from ``generator`` (on ``device``)."""
@@ -422,11 +427,12 @@ class Algorithm:
 
     @classmethod
     def compatibility(
-        cls, *, protocol: str, model: str, dataset: str, options: Any, num_clients: int | None
+        cls, *, protocol: ProtocolSpec, model: str, dataset: str, options: Any, num_clients: int | None
     ) -> list[CompatibilityProblem]:
         """Algorithm-specific problems with a combination (beyond the registry's generic checks).
 
-        Called before any work starts; return every problem found (empty list: fine).
+        Called before any work starts with the parsed protocol (``protocol.base``, ``protocol.dp``); return
+        every problem found (empty list: fine).
         """
         return []
 

@@ -1,9 +1,9 @@
 """One lookup for every named run preset (``securefgl run --preset NAME``).
 
 - ``opfgl-paper``: O-pFGL's per-dataset settings (spec ``opfgl.md`` §4.3), chosen by the dataset and the
-  partition (``louvain+`` or ``metis+``); see :mod:`securefgl.algorithms.opfgl_presets`.
+  partition (``louvain+`` or ``metis+``); see :mod:`securefgl.algorithms.opfgl.presets`.
 - ``fedspray-paper`` / ``fedspray-code``: FedSpray as the paper states it and as the official code behaves;
-  see :mod:`securefgl.algorithms.fedspray_presets`.
+  see :mod:`securefgl.algorithms.fedspray.presets`.
 
 A preset is the lowest layer of a run's config: a config file, the command's options and ``--set`` win over it.
 """
@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from securefgl.algorithms import fedspray_presets, opfgl_presets
+from securefgl.algorithms.fedspray import presets as fedspray_presets
+from securefgl.algorithms.opfgl import presets as opfgl_presets
 from securefgl.errors import ConfigError
 
 __all__ = ["preset_names", "resolve_preset"]

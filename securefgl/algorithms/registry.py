@@ -14,11 +14,13 @@ its reason and a remedy, telling "never supportable" apart from "not supported y
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, overload
 
 from securefgl.algorithms.base import Algorithm, CompatibilityProblem, Setting, parse_options
 from securefgl.errors import ConfigError, UnsupportedCombinationError
+from securefgl.protocols.registry import ProtocolSpec, parse_protocol
 
 __all__ = [
     "available_algorithms",
@@ -169,7 +171,10 @@ def find_problems(
         )
 
     pnames = _protocol_names()
-    pkey = protocol.strip().lower() if isinstance(protocol, str) else protocol
+    spec: ProtocolSpec | None = None
+    with contextlib.suppress(ConfigError):  # an invalid name is reported as unknown just below
+        spec = parse_protocol(protocol)
+    pkey = spec.name if spec is not None else protocol
     if pkey not in pnames:
         problems.append(
             CompatibilityProblem(
@@ -218,12 +223,12 @@ def find_problems(
                     False,
                 )
             )
-        if isinstance(pkey, str) and pkey.endswith("+dp") and not cls.dp_blocks:
+        if spec is not None and spec.dp and not cls.dp_blocks:
             problems.append(
                 CompatibilityProblem(
                     f"algorithm {cls.name!r} marks no block for differential privacy, so protocol {pkey!r} "
                     "would add no noise",
-                    f"use protocol {pkey[: -len('+dp')]!r}, or an algorithm with DP support",
+                    f"use protocol {spec.base!r}, or an algorithm with DP support",
                     False,
                 )
             )
@@ -235,10 +240,10 @@ def find_problems(
                     True,
                 )
             )
-        if dkey is not None and pkey in pnames and mkey is not None:
+        if dkey is not None and spec is not None and pkey in pnames and mkey is not None:
             problems.extend(
                 cls.compatibility(
-                    protocol=pkey, model=mkey, dataset=dkey, options=options, num_clients=num_clients
+                    protocol=spec, model=mkey, dataset=dkey, options=options, num_clients=num_clients
                 )
             )
     return problems

@@ -22,13 +22,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from securefgl.config.data import DatasetConfig, PartitionConfig
 from securefgl.config.loader import build, load_mapping, merge, parse_overrides
 from securefgl.config.train import TrainConfig
 from securefgl.errors import ConfigError
 from securefgl.nn.registry import ModelSpec
+
+if TYPE_CHECKING:
+    from securefgl.protocols.registry import ProtocolSpec
 
 __all__ = [
     "AlgorithmConfig",
@@ -74,6 +77,13 @@ class ProtocolConfig:
             raise ConfigError(f"protocol.dropout must be in [0, 1), got {self.dropout}")
         if not isinstance(self.grid_upload, bool):
             raise ConfigError(f"protocol.grid_upload must be true or false, got {self.grid_upload!r}")
+
+    @property
+    def spec(self) -> ProtocolSpec:
+        """The parsed protocol: ``spec.base`` and ``spec.dp`` (the ``+dp`` of the name is sugar for it)."""
+        from securefgl.protocols.registry import parse_protocol
+
+        return parse_protocol(self.name)
 
 
 @dataclass(frozen=True)

@@ -468,21 +468,21 @@ def _build_protocol(config: RunConfig, per_round: int, k_all: int) -> Protocol:
     from securefgl.protocols.registry import get_protocol
 
     options = dict(config.protocol.options)
-    name = config.protocol.name
-    if name.endswith("+dp"):
+    spec = config.protocol.spec
+    if spec.dp:
         if "dp_epsilon" in options and "dp_rounds" not in options:
             options["dp_rounds"] = int(config.train.rounds)
         if "dp_sample_rate" not in options and per_round < k_all:
             options["dp_sample_rate"] = per_round / k_all
         try:
-            return get_protocol(name, **options)
+            return get_protocol(spec, **options)
         except ConfigError as exc:
             raise ConfigError(
                 f"{exc} (DP options go in protocol.options with a dp_ prefix, e.g. --set "
                 "protocol.options.dp_min_contributors=9 --set protocol.options.dp_clip_norm=1.0 --set "
                 "protocol.options.dp_epsilon=8)"
             ) from exc
-    return get_protocol(name, **options)
+    return get_protocol(spec, **options)
 
 
 def federation_edge_index(fg: Any) -> torch.Tensor:
@@ -510,7 +510,7 @@ def make_setting(config: RunConfig, fg: Any, device: torch.device | str) -> Sett
         train=config.train,
         device=torch.device(device),
         max_clients_per_round=fg.num_clients,
-        protocol=config.protocol.name,
+        protocol=config.protocol.spec,
         public_edge_index=public_edges,
     )
 

@@ -1,4 +1,4 @@
-"""Tests of AdaFGL (securefgl.algorithms.adafgl and its private _adafgl_* helpers).
+"""Tests of AdaFGL (the package securefgl.algorithms.adafgl, its model and its private helpers).
 
 Module tests use tiny graphs whose expected values are worked out by hand in the comments.
 """
@@ -10,17 +10,9 @@ import math
 import pytest
 import torch
 
-from securefgl.algorithms._adafgl_local import client_homophily_report, local_personalization
-from securefgl.algorithms._adafgl_model import (
-    AdaFGLLocalModel,
-    LearnableMessagePassing,
-    LocalStepOptions,
-    PReLUMLP,
-    _scale_signed,
-    combine_predictions,
-    train_local,
-)
-from securefgl.algorithms._adafgl_topology import (
+from securefgl.algorithms.adafgl import ABLATIONS, AdaFGLOptions, ablation_options
+from securefgl.algorithms.adafgl._local import client_homophily_report, local_personalization
+from securefgl.algorithms.adafgl._topology import (
     _strict_argmax_correct,
     adjacency,
     correct_topology,
@@ -30,7 +22,15 @@ from securefgl.algorithms._adafgl_topology import (
     smoothed_features,
     sym_normalize,
 )
-from securefgl.algorithms.adafgl import ABLATIONS, AdaFGLOptions, ablation_options
+from securefgl.algorithms.adafgl.model import (
+    AdaFGLLocalModel,
+    LearnableMessagePassing,
+    LocalStepOptions,
+    PReLUMLP,
+    _scale_signed,
+    combine_predictions,
+    train_local,
+)
 from securefgl.errors import ConfigError, NonFiniteError
 
 
@@ -256,7 +256,7 @@ def test_hcs_is_seeded():
 
 @pytest.mark.parametrize("sparse", [False, True])
 def test_smoothed_input_factored_equals_materialised(sparse):
-    from securefgl.algorithms._adafgl_model import SmoothedFeatures, SmoothedInput
+    from securefgl.algorithms.adafgl.model import SmoothedFeatures, SmoothedInput
 
     g = _gen(3)
     x = torch.randn(9, 5, generator=g)
@@ -433,7 +433,7 @@ def test_local_personalization_degenerate_clients_never_nan():
             )
             assert torch.isfinite(res.outcome.probs).all() and math.isfinite(res.hcs)
     # The same degenerate clients trained together (batched path), and the literal eq. (6).
-    from securefgl.algorithms._adafgl_local import prepare_client, train_prepared
+    from securefgl.algorithms.adafgl._local import prepare_client, train_prepared
 
     for opts in (AdaFGLOptions(epochs=4, hidden=8), AdaFGLOptions(epochs=4, hidden=8, eq6="literal")):
         cases = ((empty, masks, y), (ei, no_train, y), (ei, masks, torch.zeros(12, dtype=torch.long)))
@@ -752,7 +752,7 @@ def test_batched_step2_equals_one_client_path(overrides, sparse_x):
     (Adam turns float rounding of near-zero gradients into lr-sized steps, so after many epochs the two
     paths drift apart by rounding alone; a few epochs with a tight tolerance check the semantics.)
     """
-    from securefgl.algorithms._adafgl_local import prepare_client, train_prepared
+    from securefgl.algorithms.adafgl._local import prepare_client, train_prepared
 
     clients = [_toy_client(n=n, seed=s) for n, s in ((30, 0), (22, 1), (26, 2))]
     clients[2] = (

@@ -9,13 +9,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import securefgl.algorithms._fedlog_client as fedlog_client
 import securefgl.algorithms.fedlog as fedlog_mod
-from securefgl.algorithms._fedlog_client import warmup_embedder
-from securefgl.algorithms._fedlog_eval import EVAL_KEYS
-from securefgl.algorithms._fedlog_model import FedLoGNet, init_fedlog
+import securefgl.algorithms.fedlog._train as fedlog_client
 from securefgl.algorithms.base import Client, RoundState, Setting
 from securefgl.algorithms.fedlog import FedLoG, attach_generalization_sets
+from securefgl.algorithms.fedlog._train import warmup_embedder
+from securefgl.algorithms.fedlog.eval_sets import EVAL_KEYS
+from securefgl.algorithms.fedlog.model import FedLoGNet, init_fedlog
 from securefgl.config import RunConfig, TrainConfig, build
 from securefgl.data import make_csbm, partition_graph
 from securefgl.engine.runner import make_setting, run_seed, start_seed

@@ -1,4 +1,4 @@
-"""Tests of FedSpray (securefgl.algorithms.fedspray and its private helpers)."""
+"""Tests of FedSpray (the securefgl.algorithms.fedspray package and its private helpers)."""
 
 from __future__ import annotations
 
@@ -10,28 +10,23 @@ import pytest
 import torch
 from torch_geometric.data import Data
 
-from securefgl.algorithms._fedspray_core import (
+from securefgl.algorithms.base import Client, RoundState, Setting
+from securefgl.algorithms.fedspray import FedSpray, FedSprayOptions
+from securefgl.algorithms.fedspray._adam import BatchedAdam
+from securefgl.algorithms.fedspray._pack import pack_clients
+from securefgl.algorithms.fedspray._train import (
     ClientState,
-    Hyper,
     LocalResult,
     client_uploads,
     local_update,
-    server_update,
     stack_states,
     unstack_states,
 )
-from securefgl.algorithms._fedspray_models import (
-    ENCODER_KEYS,
-    BatchedAdam,
-    encoder_shapes,
-    gnn_forward,
-    init_encoder,
-    pack_clients,
-    to_math_layout,
-)
-from securefgl.algorithms.base import Client, RoundState, Setting
-from securefgl.algorithms.fedspray import FedSpray, FedSprayOptions
-from securefgl.algorithms.fedspray_presets import get_preset, preset_names
+from securefgl.algorithms.fedspray.encoder import ENCODER_KEYS, encoder_shapes, init_encoder
+from securefgl.algorithms.fedspray.models import gnn_forward, to_math_layout
+from securefgl.algorithms.fedspray.options import Hyper
+from securefgl.algorithms.fedspray.presets import get_preset, preset_names
+from securefgl.algorithms.fedspray.server import server_update
 from securefgl.algorithms.registry import create_algorithm, find_problems
 from securefgl.config import TrainConfig
 from securefgl.errors import ConfigError, NonFiniteError, TrainingError

@@ -9,8 +9,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from securefgl.algorithms._fedstruct_model import DecoupledGCN
-from securefgl.algorithms._fedstruct_setup import (
+from securefgl.algorithms.base import Client, RoundState, Setting
+from securefgl.algorithms.fedstruct import FedStruct, attach_cross_edges
+from securefgl.algorithms.fedstruct._setup import (
     SetupTooLargeError,
     SingleContributorWarning,
     StructureView,
@@ -18,10 +19,9 @@ from securefgl.algorithms._fedstruct_setup import (
     check_setup_budget,
     local_abar,
     private_abar,
-    setup_schema,
 )
-from securefgl.algorithms.base import Client, RoundState, Setting
-from securefgl.algorithms.fedstruct import FedStruct, attach_cross_edges
+from securefgl.algorithms.fedstruct.model import DecoupledGCN
+from securefgl.algorithms.fedstruct.schema import setup_schema
 from securefgl.algorithms.registry import create_algorithm, get_algorithm
 from securefgl.config import RunConfig
 from securefgl.data import make_csbm, partition_graph

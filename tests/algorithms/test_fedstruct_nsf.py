@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from securefgl.algorithms._fedstruct_nsf import (
+from securefgl.algorithms.fedstruct._nsf import (
     _csr,
     graphlet_degree_vectors,
     node2vec_features,

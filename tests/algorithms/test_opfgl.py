@@ -1,4 +1,4 @@
-"""Tests of O-pFGL (securefgl.algorithms.opfgl and its _opfgl_* helpers)."""
+"""Tests of O-pFGL (the securefgl.algorithms.opfgl package: its halves and private helpers)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,14 @@ import math
 import pytest
 import torch
 
-from securefgl.algorithms._opfgl_client import (
+from securefgl.algorithms.opfgl._pseudo_graph import (
+    PseudoGraph,
+    PseudoGraphConfig,
+    generate_pseudo_graph,
+    moments_from_sums,
+    pseudo_graph_sizes,
+)
+from securefgl.algorithms.opfgl._statistics import (
     accumulated_class_homophily,
     class_sums,
     client_statistics,
@@ -18,14 +25,7 @@ from securefgl.algorithms._opfgl_client import (
     propagate_features,
     reliable_nodes,
 )
-from securefgl.algorithms._opfgl_server import (
-    PseudoGraph,
-    PseudoGraphConfig,
-    generate_pseudo_graph,
-    moments_from_sums,
-    pseudo_graph_sizes,
-)
-from securefgl.algorithms._opfgl_train import StageConfig, distillation_weights
+from securefgl.algorithms.opfgl._train import StageConfig, distillation_weights
 from securefgl.errors import ConfigError, MalformedMessageError, TrainingError
 
 
@@ -576,6 +576,7 @@ def test_heterogeneous_client_models() -> None:
 
 def test_options_and_compatibility() -> None:
     from securefgl.algorithms.opfgl import OPFGL, OPFGLOptions, parse_model_entry
+    from securefgl.protocols.registry import ProtocolSpec
 
     with pytest.raises(ConfigError):
         OPFGLOptions(top_k=-1)
@@ -584,21 +585,16 @@ def test_options_and_compatibility() -> None:
     with pytest.raises(ConfigError):
         OPFGLOptions(client_models=("gcn:hidden",))
     assert parse_model_entry("sgc:K=4,dropout=0.0") == {"name": "sgc", "dropout": 0.0, "options": {"K": 4}}
-    probs = OPFGL.compatibility(
-        protocol="secagg", model="gcn", dataset="Cora", options={"generation": "client"}, num_clients=10
-    )
+    a5 = {"model": "gcn", "dataset": "Cora", "options": {"generation": "client"}, "num_clients": 10}
+    probs = OPFGL.compatibility(protocol=ProtocolSpec("secagg"), **a5)
     assert len(probs) == 1 and probs[0].permanent
-    assert (
-        OPFGL.compatibility(
-            protocol="ckks", model="gcn", dataset="Cora", options={"generation": "client"}, num_clients=10
-        )
-        == []
-    )
+    assert OPFGL.compatibility(protocol=ProtocolSpec("ckks"), **a5) == []
+    assert OPFGL.compatibility(protocol=ProtocolSpec("ckks+dp"), **a5) == []  # the base is what counts
 
 
 def test_presets() -> None:
     from securefgl.algorithms.opfgl import OPFGLOptions
-    from securefgl.algorithms.opfgl_presets import preset_cases, preset_config
+    from securefgl.algorithms.opfgl.presets import preset_cases, preset_config
     from securefgl.config import RunConfig
 
     for ds, part in preset_cases("opfgl-paper"):
@@ -645,7 +641,7 @@ def test_a5_variant_clients_build_the_same_graph_under_ckks() -> None:
 
 
 def test_fast_gcn_path_equals_the_model_forward() -> None:
-    from securefgl.algorithms._opfgl_train import LocalGraph
+    from securefgl.algorithms.opfgl._train import LocalGraph
     from securefgl.nn.registry import ModelSpec, build_model
 
     g = torch.Generator().manual_seed(0)
@@ -673,7 +669,7 @@ def test_fast_gcn_path_equals_the_model_forward() -> None:
 
 
 def test_shared_stage1_equals_per_client_stage1() -> None:
-    from securefgl.algorithms._opfgl_train import LocalGraph, StageConfig, train_stage1, train_stage1_shared
+    from securefgl.algorithms.opfgl._train import LocalGraph, StageConfig, train_stage1, train_stage1_shared
     from securefgl.nn.registry import ModelSpec, build_model
 
     fg = _federated()
@@ -724,7 +720,8 @@ def test_a5_every_client_reads_only_its_own_inbox(monkeypatch) -> None:
     a client-side generation given one client reads that client's inbox only, and a client without the sum
     is a clear error instead of a read of another client's inbox."""
     from securefgl.algorithms.base import Phase
-    from securefgl.algorithms.opfgl import OPFGL, STATS
+    from securefgl.algorithms.opfgl import OPFGL
+    from securefgl.algorithms.opfgl.schema import STATS
     from securefgl.protocols.registry import get_protocol
 
     fg = _federated()

@@ -7,8 +7,8 @@ import warnings
 import pytest
 import torch
 
-from securefgl.algorithms._fedstruct_setup import StructureView, private_abar
 from securefgl.algorithms.fedstruct import attach_cross_edges
+from securefgl.algorithms.fedstruct._setup import StructureView, private_abar
 from securefgl.attacks import AuditConfig, audit, external_edge_inference
 from securefgl.attacks.structure_inference import known_walks
 from securefgl.data import make_csbm, partition_graph

@@ -9,7 +9,7 @@ import torch
 
 import securefgl
 from securefgl.algorithms.base import Setting
-from securefgl.algorithms.fedavg import FedAvg
+from securefgl.algorithms.baselines.fedavg import FedAvg
 from securefgl.algorithms.registry import check_combination, find_problems, register_algorithm
 from securefgl.config import RunConfig, load_run_config
 from securefgl.errors import ConfigError, NonFiniteError, TrainingError, UnsupportedCombinationError

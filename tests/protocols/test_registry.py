@@ -199,3 +199,33 @@ def test_package_exports() -> None:
     ns: dict = {}
     exec("from securefgl.protocols import *", ns)
     assert "SumSchema" in ns
+
+
+@pytest.mark.parametrize(
+    ("name", "base", "dp"),
+    [
+        ("secagg", "secagg", False),
+        ("SecAgg+DP", "secagg", True),
+        ("SecAgg_Plus+DP", "secagg+", True),
+        ("secagg++dp", "secagg+", True),
+        ("ckks_dp", "ckks", True),
+        ("plain", "plaintext", False),
+    ],
+)
+def test_protocol_spec_is_the_one_reading_of_a_name(name: str, base: str, dp: bool) -> None:
+    from securefgl.protocols import ProtocolSpec, parse_protocol
+
+    spec = parse_protocol(name)
+    assert (spec.base, spec.dp) == (base, dp)
+    assert spec == normalize_protocol_name(name) and isinstance(spec, str)
+    assert ProtocolSpec.of(base, dp=dp) == spec
+    assert parse_protocol(spec) is spec
+
+
+def test_protocol_spec_refuses_a_suffix_given_twice_and_empty_names() -> None:
+    from securefgl.protocols import ProtocolSpec
+
+    with pytest.raises(ConfigError, match="dp=True"):
+        ProtocolSpec.of("secagg+dp", dp=True)
+    with pytest.raises(ConfigError, match="non-empty"):
+        ProtocolSpec("  ")

@@ -1,0 +1,199 @@
+"""The audit's configuration: attack names, :class:`AuditConfig`, and which cells apply before any work."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from securefgl.attacks.gradient_inversion import InversionConfig
+from securefgl.errors import AttackNotApplicableError, ConfigError
+
+#: Every attack the audit knows, in report order.
+ATTACKS = (
+    "gradient-inversion",
+    "label",
+    "link-stealing",
+    "structure-inference",
+    "membership",
+    "statistics",
+    "differencing",
+    "model-inconsistency",
+    "min-cohort",
+    "disaggregation",
+)
+_ALIASES = {
+    "gi": "gradient-inversion",
+    "dlg": "gradient-inversion",
+    "labels": "label",
+    "idlg": "label",
+    "link": "link-stealing",
+    "mia": "membership",
+    "stats": "statistics",
+    "inconsistency": "model-inconsistency",
+    "cohort": "min-cohort",
+    "structure": "structure-inference",
+    "edge-inference": "structure-inference",
+}
+_VIEWS = ("server", "client", "collusion")
+
+
+def _norm_attack(name: str) -> str:
+    key = str(name).strip().lower().replace("_", "-")
+    key = _ALIASES.get(key, key)
+    if key not in ATTACKS:
+        raise ConfigError(f"unknown attack {name!r}; valid: {', '.join(ATTACKS)}")
+    return key
+
+
+@dataclass(frozen=True)
+class AuditConfig:
+    """What to audit.
+
+    Args:
+        algorithm: Algorithm name. (default: ``"fedavg"``)
+        model: Model name. (default: ``"sgc"``)
+        dataset: Dataset name or ``"csbm"``. (default: ``"Cora"``)
+        clients: Number of clients. (default: ``10``)
+        attacks: Attack names (see :data:`ATTACKS`). (default: gradient inversion, labels, link stealing)
+        protocols: Protocol names. (default: ``("plaintext", "secagg", "secagg+dp")``)
+        views: Adversaries: ``"server"``, ``"client"`` (a curious client), ``"collusion"`` (the server with
+            ``colluders``). (default: ``("server",)``)
+        colluders: Colluding clients of the ``"collusion"`` view (default: the two largest clients).
+        trials: Targets (or seeds) per attack; at least 5 is the harness's rule. (default: ``5``)
+        seed: Training and attack seed. (default: ``0``)
+        rounds: Rounds of the federated job (``None``: the run config's). (default: ``None``)
+        attack_round: Which round's updates the update attacks use (0: the first). (default: ``0``)
+        graph_known: Give the adversary the targets' graph structure (edges, labelled nodes). (default: False)
+        run: Extra run-config sections merged into the job's config (``{"train": {...}, "partition":
+            {...}, "protocol": {"options": ...}}``). (default: ``{}``)
+        inversion: Reconstruction settings. (default: a lighter :class:`InversionConfig` than the library's)
+        guard_min_difference: ``m`` of the ReleaseGuard used by the differencing defence. (default: ``2``)
+        output: Folder for ``audit.json``, ``summary.md`` and figures (``None``: nothing written).
+        figures: Write figures. (default: ``True``)
+        device: ``"cpu"``, ``"cuda"`` or ``"auto"``. (default: ``"cpu"``)
+        progress: Show rich progress bars. (default: ``False``)
+    """
+
+    algorithm: str = "fedavg"
+    model: str = "sgc"
+    dataset: str = "Cora"
+    clients: int = 10
+    attacks: tuple[str, ...] = ("gradient-inversion", "label", "link-stealing")
+    protocols: tuple[str, ...] = ("plaintext", "secagg", "secagg+dp")
+    views: tuple[str, ...] = ("server",)
+    colluders: tuple[int, ...] = ()
+    trials: int = 5
+    seed: int = 0
+    rounds: int | None = None
+    attack_round: int = 0
+    graph_known: bool = False
+    run: Mapping[str, Any] = field(default_factory=dict)
+    inversion: InversionConfig = field(default_factory=lambda: InversionConfig(restarts=4, iterations=100))
+    guard_min_difference: int = 2
+    output: str | None = None
+    figures: bool = True
+    device: str = "cpu"
+    progress: bool = False
+
+    def __post_init__(self) -> None:
+        attacks = tuple(dict.fromkeys(_norm_attack(a) for a in self.attacks))
+        if not attacks:
+            raise ConfigError(f"attacks must name at least one attack; valid: {', '.join(ATTACKS)}")
+        object.__setattr__(self, "attacks", attacks)
+        from securefgl.protocols.registry import available_protocols, normalize_protocol_name
+
+        protos = tuple(dict.fromkeys(normalize_protocol_name(p) for p in self.protocols))
+        unknown = [p for p in protos if p not in available_protocols()]
+        if not protos or unknown:
+            raise ConfigError(f"unknown protocol(s) {unknown}; valid: {', '.join(available_protocols())}")
+        object.__setattr__(self, "protocols", protos)
+        bad = [v for v in self.views if v not in _VIEWS]
+        if bad or not self.views:
+            raise ConfigError(f"unknown view(s) {bad}; valid: {', '.join(_VIEWS)}")
+        if self.trials < 1:
+            raise ConfigError(f"trials must be >= 1, got {self.trials}")
+        if self.clients < 1:
+            raise ConfigError(f"clients must be >= 1, got {self.clients}")
+        if self.attack_round < 0:
+            raise ConfigError(f"attack_round must be >= 0, got {self.attack_round}")
+        if self.guard_min_difference < 2:
+            raise ConfigError(f"guard_min_difference must be >= 2, got {self.guard_min_difference}")
+        if not isinstance(self.run, Mapping):
+            raise ConfigError(f"run must be a mapping of run-config sections, got {type(self.run).__name__}")
+
+
+# ----------------------------------------------------------------------------------------------------
+# applicability (decided before any work)
+# ----------------------------------------------------------------------------------------------------
+
+_UPDATE_ATTACKS = ("gradient-inversion", "label")
+_MODEL_ATTACKS = ("link-stealing", "membership")
+_STAT_ATTACKS = ("statistics", "differencing")
+_PROTOCOL_ATTACKS = ("model-inconsistency", "min-cohort", "disaggregation")
+_STRUCTURE_ATTACKS = ("structure-inference",)
+
+
+def _applicability(cfg: AuditConfig, protocol: str) -> dict[str, str]:
+    """attack -> reason it does not apply under ``protocol`` (absent: it applies)."""
+    from securefgl.algorithms.registry import find_problems, get_algorithm
+    from securefgl.attacks.gradient_inversion import MODEL_AVERAGING, check_applicable
+    from securefgl.attacks.statistics_inversion import layout_for
+    from securefgl.nn.registry import ModelSpec
+
+    out: dict[str, str] = {}
+    problems = find_problems(
+        cfg.algorithm,
+        protocol,
+        cfg.model,
+        cfg.dataset,
+        num_clients=cfg.clients,
+        options=dict(cfg.run.get("algorithm", {}).get("options", {})) or None,
+    )
+    if problems:
+        why = "the run itself cannot run: " + "; ".join(str(p) for p in problems)
+        return dict.fromkeys(cfg.attacks, why)
+    cls = get_algorithm(cfg.algorithm)
+    for a in cfg.attacks:
+        try:
+            if a in _UPDATE_ATTACKS:
+                check_applicable(cfg.algorithm, ModelSpec(name=cfg.model))
+            elif a in _MODEL_ATTACKS:
+                if cfg.algorithm not in MODEL_AVERAGING:
+                    raise AttackNotApplicableError(
+                        f"algorithm {cfg.algorithm!r} releases no single global model to query (link stealing "
+                        f"and membership inference are implemented for {', '.join(MODEL_AVERAGING)})"
+                    )
+            elif a in _STAT_ATTACKS:
+                layout_for(cfg.algorithm)
+            elif a in _STRUCTURE_ATTACKS:
+                _structure_applicable(cfg)
+            elif a == "model-inconsistency":
+                if cfg.algorithm not in MODEL_AVERAGING:
+                    raise AttackNotApplicableError(
+                        f"model inconsistency crafts a model broadcast; algorithm {cfg.algorithm!r} broadcasts none"
+                    )
+                if cfg.model in ("sgc",):
+                    raise AttackNotApplicableError(
+                        "model inconsistency needs a hidden ReLU layer to switch off; sgc is linear (use mlp, "
+                        "gcn or sage)"
+                    )
+            if a in _PROTOCOL_ATTACKS and not cls.uses_protocol:
+                raise AttackNotApplicableError(f"algorithm {cfg.algorithm!r} never aggregates")
+        except AttackNotApplicableError as exc:
+            out[a] = str(exc)
+    return out
+
+
+def _structure_applicable(cfg: AuditConfig) -> None:
+    """Refuse external-edge inference unless the run is FedStruct with a multi-hop setup."""
+    if cfg.algorithm != "fedstruct":
+        raise AttackNotApplicableError(
+            f"external-edge inference reads the multi-hop rows FedStruct's setup delivers to a client; "
+            f"algorithm {cfg.algorithm!r} delivers none"
+        )
+    hops = dict(cfg.run.get("algorithm", {}).get("options", {})).get("num_hops_s")
+    if hops is not None and int(hops) < 2:
+        raise AttackNotApplicableError(
+            f"num_hops_s={hops}: no setup sum, a client receives nothing beyond the 1-hop rows it computes itself"
+        )

@@ -1,0 +1,531 @@
+"""The SecAgg/SecAgg+ client party: a stage machine, bytes in and bytes out.
+
+Re-exported by :mod:`securefgl.protocols.secaggplus` (see its docstring for the stages and the
+checks). The client never imports the server half.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import numpy as np
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+
+from securefgl.errors import (
+    EncodingError,
+    InconsistentViewError,
+    InvalidMessage,
+    MalformedMessageError,
+    ProtocolError,
+    RequestRefusedError,
+    StageOrderError,
+    ThresholdError,
+)
+from securefgl.protocols import _shamir
+from securefgl.protocols._channel import PeerChannel
+from securefgl.protocols._harary import GraphParameters
+from securefgl.protocols._prg import KEY_BYTES, MaskExpander, RandomSource, system_random
+from securefgl.protocols._secaggplus_params import SecAggPlusConfig, Stage, resolve_graph
+from securefgl.protocols._secaggplus_session import (
+    SHARE_BYTES,
+    SHARE_PLAINTEXT,
+    ClipLayout,
+    commitment,
+    pad_key,
+    pair_key,
+    private_key,
+    release_ring,
+    self_key,
+    session_graph,
+    session_id_for,
+    wipe,
+)
+from securefgl.protocols.base import Contribution, Sums
+from securefgl.protocols.encoding import SumSchema
+from securefgl.protocols.messages import (
+    Abort,
+    AdvertiseKeys,
+    AdvertiseRequest,
+    DeliverRequest,
+    MaskedInput,
+    MaskedInputRequest,
+    Message,
+    ShareKeys,
+    ShareKeysRequest,
+    Unmask,
+    UnmaskRequest,
+    decode,
+)
+
+__all__ = ["SecAggPlusClient", "SecAggPlusClientState"]
+
+
+@dataclass
+class SecAggPlusClientState:
+    """What a client holds during one session (secrets are wiped after unmasking or an abort)."""
+
+    stage: str = "start"
+    request: AdvertiseRequest | None = None
+    params: GraphParameters | None = None
+    channel_sk: X25519PrivateKey | None = None
+    mask_sk: X25519PrivateKey | None = None
+    mask_sk_raw: bytearray = field(default_factory=bytearray)
+    seed: bytearray = field(default_factory=bytearray)
+    session_id: bytes = b""
+    keys: dict[int, tuple[bytes, bytes]] = field(default_factory=dict)
+    neighbours: tuple[int, ...] = ()
+    channels: dict[int, PeerChannel] = field(default_factory=dict)
+    mask_keys: dict[int, bytes] = field(default_factory=dict)
+    self_mask_key: bytes = b""
+    own_shares: np.ndarray | None = None
+    seed_shares: dict[int, np.ndarray] = field(default_factory=dict)
+    key_shares: dict[int, np.ndarray] = field(default_factory=dict)
+    senders: tuple[int, ...] = ()
+    complaints: tuple[int, ...] = ()
+    masked_with: tuple[int, ...] = ()
+
+
+class SecAggPlusClient:
+    """A SecAgg/SecAgg+ client: a state machine that turns one request (bytes) into one reply (bytes).
+
+    It checks every request against its own configuration (schema, round, context, protocol
+    parameters) and aborts, replying with an :class:`~securefgl.protocols.messages.Abort` message, on
+    anything inconsistent or unsafe; after an abort or once finished it ignores further requests.
+
+    Args:
+        party_id: the client id.
+        schema: the schema it was configured with.
+        contribution: its named tensors (encoded in ``masked_input``).
+        config: the protocol configuration it expects.
+        protocol_name: ``"secagg"`` or ``"secagg+"``.
+        round_index: the round it expects.
+        recipient: the designated recipient it expects (``None``: the server).
+        context: the public round context it was shown (e.g. a model hash).
+        random: source of keys, seeds and share randomness (OS CSPRNG unless testing).
+        encode_rng: generator for the encoding's stochastic rounding (OS-seeded by default).
+    """
+
+    def __init__(
+        self,
+        party_id: int,
+        schema: SumSchema,
+        contribution: Contribution,
+        *,
+        config: SecAggPlusConfig,
+        protocol_name: str,
+        round_index: int,
+        recipient: int | None,
+        context: bytes,
+        random: RandomSource = system_random,
+        encode_rng: np.random.Generator | None = None,
+    ) -> None:
+        self.party_id = int(party_id)
+        self.schema = schema
+        self.layout = ClipLayout(schema)
+        self._contribution: Contribution | None = contribution
+        self.config = config
+        self.protocol_name = protocol_name
+        self.round_index = int(round_index)
+        self.recipient = recipient
+        self.context = bytes(context)
+        self._random = random
+        self._encode_rng = encode_rng
+        self.state = SecAggPlusClientState()
+        self.error: ProtocolError | None = None
+        self.refusals: list[ProtocolError] = []
+        self.result: Sums | None = None
+        #: Wall time of the steps of ``masked_input`` (decrypt shares, encode, mask, serialise), seconds.
+        self.step_seconds: dict[str, float] = {}
+
+    # -- dispatch ------------------------------------------------------------------------------------
+
+    _ORDER: ClassVar[dict[str, tuple[type[Message], str]]] = {
+        "start": (AdvertiseRequest, Stage.ADVERTISE_KEYS.value),
+        Stage.ADVERTISE_KEYS.value: (ShareKeysRequest, Stage.SHARE_KEYS.value),
+        Stage.SHARE_KEYS.value: (MaskedInputRequest, Stage.MASKED_INPUT.value),
+        Stage.MASKED_INPUT.value: (UnmaskRequest, Stage.UNMASKING.value),
+        Stage.UNMASKING.value: (DeliverRequest, Stage.DELIVER.value),
+    }
+    _SERVER_MESSAGES: ClassVar[tuple[type[Message], ...]] = (
+        AdvertiseRequest,
+        ShareKeysRequest,
+        MaskedInputRequest,
+        UnmaskRequest,
+        DeliverRequest,
+    )
+
+    @property
+    def stage(self) -> str:
+        """The last stage this client completed (``"start"``, a stage name, ``"done"`` or ``"aborted"``)."""
+        return self.state.stage
+
+    def handle(self, payload: bytes) -> bytes | None:
+        """Process one request; return the reply, an Abort message, or ``None`` (finished/aborted)."""
+        if self.state.stage == "aborted":
+            return None
+        if self.state.stage == "done":
+            # A finished client has wiped its secrets; a further request (e.g. a second unmask request
+            # asking for the other share kind) is refused and nothing is revealed.
+            err: ProtocolError = StageOrderError(
+                "request after this client finished; refused", party=self.party_id
+            )
+            self.refusals.append(err)
+            return Abort(reason=type(err).__name__, detail=str(err)).to_bytes()
+        expected, stage = self._ORDER.get(self.state.stage, (None, "?"))
+        try:
+            try:
+                msg = decode(payload, self._SERVER_MESSAGES)
+            except MalformedMessageError as exc:
+                raise MalformedMessageError(str(exc), party=self.party_id, phase=stage) from None
+            if type(msg) is not expected:
+                raise StageOrderError(
+                    f"received {type(msg).__name__} (stage {msg.STAGE}) after stage {self.state.stage}; "
+                    f"expected {expected.__name__ if expected else 'nothing'}",
+                    party=self.party_id,
+                    phase=msg.STAGE,
+                )
+            reply = getattr(self, "_" + stage)(msg)
+        except (ProtocolError, InvalidMessage) as exc:
+            err = (
+                exc
+                if isinstance(exc, ProtocolError)
+                else ProtocolError(str(exc), party=self.party_id, phase=stage)
+            )
+            self.error = err
+            self.state.stage = "aborted"
+            self._wipe()
+            return Abort(reason=type(exc).__name__, detail=str(exc)[:4000]).to_bytes()
+        return None if reply is None else reply.to_bytes()
+
+    def _fail(self, cls: type[ProtocolError], message: str, phase: str) -> ProtocolError:
+        return cls(message, party=self.party_id, phase=phase)
+
+    # -- stages --------------------------------------------------------------------------------------
+
+    def _advertise_keys(self, req: AdvertiseRequest) -> AdvertiseKeys:
+        ph = Stage.ADVERTISE_KEYS.value
+        invited = req.invited
+        if list(invited) != sorted(set(invited)):
+            raise self._fail(MalformedMessageError, "invited list is not sorted and unique", ph)
+        if self.party_id not in invited:
+            raise self._fail(InconsistentViewError, "this client is not in the invited list", ph)
+        mism = []
+        if req.protocol != self.protocol_name:
+            mism.append(f"protocol {req.protocol!r} != {self.protocol_name!r}")
+        if req.round_index != self.round_index:
+            mism.append(f"round {req.round_index} != {self.round_index}")
+        if req.schema_fingerprint != self.schema.fingerprint():
+            mism.append("schema fingerprint differs")
+        if req.ring_bits != self.schema.ring_bits or req.length != self.layout.length:
+            mism.append(
+                f"ring/length ({req.ring_bits}, {req.length}) != ({self.schema.ring_bits}, {self.layout.length})"
+            )
+        if req.prg != self.config.prg:
+            mism.append(f"prg {req.prg!r} != {self.config.prg!r}")
+        if req.recipient != self.recipient:
+            mism.append(f"recipient {req.recipient} != {self.recipient}")
+        if not mism:
+            params = resolve_graph(self.config, len(invited))
+            if (req.degree, req.threshold) != (params.degree, params.threshold):
+                mism.append(
+                    f"(degree, threshold) ({req.degree}, {req.threshold}) != ({params.degree}, {params.threshold})"
+                )
+        if mism:
+            raise self._fail(
+                InconsistentViewError, "session parameters differ from this client's: " + "; ".join(mism), ph
+            )
+        s = self.state
+        s.request, s.params = req, params
+        s.channel_sk = private_key(self._random)
+        s.mask_sk_raw = bytearray(self._random(KEY_BYTES))
+        s.mask_sk = X25519PrivateKey.from_private_bytes(bytes(s.mask_sk_raw))
+        s.stage = ph
+        return AdvertiseKeys(
+            channel_pk=s.channel_sk.public_key().public_bytes_raw(),
+            mask_pk=s.mask_sk.public_key().public_bytes_raw(),
+        )
+
+    def _share_keys(self, req: ShareKeysRequest) -> ShareKeys:
+        ph = Stage.SHARE_KEYS.value
+        s = self.state
+        assert (
+            s.request is not None
+            and s.params is not None
+            and s.channel_sk is not None
+            and s.mask_sk is not None
+        )
+        ids = [row[0] for row in req.keys]
+        if ids != sorted(set(ids)):
+            raise self._fail(MalformedMessageError, "key table is not sorted by unique client id", ph)
+        table = {cid: (cpk, spk) for cid, cpk, spk in req.keys}
+        mine = (s.channel_sk.public_key().public_bytes_raw(), s.mask_sk.public_key().public_bytes_raw())
+        if table.get(self.party_id) != mine:
+            raise self._fail(
+                InconsistentViewError, "the server relayed this client's keys altered or not at all", ph
+            )
+        outsiders = sorted(set(ids) - set(s.request.invited))
+        if outsiders:
+            raise self._fail(
+                InconsistentViewError, f"keys of clients {outsiders[:5]} that were not invited", ph
+            )
+        all_pks = [pk for pair in table.values() for pk in pair]
+        if len(set(all_pks)) != len(all_pks):
+            raise self._fail(InconsistentViewError, "duplicate public keys in the key table", ph)
+        t = s.params.threshold
+        if len(ids) < t:
+            raise self._fail(
+                ThresholdError, f"{len(ids)} clients advertised keys, fewer than the threshold {t}", ph
+            )
+        if self.recipient is not None and self.recipient not in table:
+            raise self._fail(
+                ThresholdError, f"the designated recipient {self.recipient} is not in the session", ph
+            )
+        sid = session_id_for(s.request, req.keys, self.context)
+        graph = session_graph(sid, ids, s.params.degree)
+        nbrs = graph.neighbours(self.party_id)
+        if len(nbrs) < t:
+            raise self._fail(
+                ThresholdError, f"{len(nbrs)} neighbours (incl. self), fewer than the threshold {t}", ph
+            )
+        s.session_id, s.keys, s.neighbours = sid, table, nbrs
+        r = s.request.round_index
+        try:
+            for v in nbrs:
+                if v == self.party_id:
+                    continue
+                cpk, spk = table[v]
+                shared = s.channel_sk.exchange(X25519PublicKey.from_public_bytes(cpk))
+                s.channels[v] = PeerChannel(
+                    shared, self.party_id, v, session_id=sid, round_index=r, purpose="secagg-shares"
+                )
+                mshared = s.mask_sk.exchange(X25519PublicKey.from_public_bytes(spk))
+                s.mask_keys[v] = pair_key(mshared, sid, r, self.party_id, v)
+        except ValueError:
+            raise self._fail(
+                InconsistentViewError, "a neighbour advertised a degenerate (low-order) public key", ph
+            ) from None
+        s.seed = bytearray(self._random(KEY_BYTES))
+        s.self_mask_key = self_key(s.seed, sid, r, self.party_id)  # derived with the pairwise keys
+        position = {c: i + 1 for i, c in enumerate(s.request.invited)}
+        xs = [position[v] for v in nbrs]
+        shares = _shamir.split([bytes(s.seed), bytes(s.mask_sk_raw)], xs, t, self._random)  # (m, 2, LIMBS)
+        envelopes = []
+        for i, v in enumerate(nbrs):
+            if v == self.party_id:
+                s.own_shares = shares[i].copy()
+                continue
+            plain = SHARE_PLAINTEXT.pack(self.party_id, v) + shares[i].astype("<u4").tobytes()
+            envelopes.append((v, s.channels[v].seal(plain)))
+        wipe(shares)
+        s.stage = ph
+        return ShareKeys(
+            session_id=sid,
+            seed_commitment=commitment(sid, self.party_id, s.seed),
+            envelopes=tuple(envelopes),
+        )
+
+    def _open_share(self, sender: int, blob: bytes) -> np.ndarray:
+        plain = self.state.channels[sender].open(blob)  # InvalidMessage on any authentication failure
+        if len(plain) != SHARE_BYTES:
+            raise InvalidMessage()
+        src, dst = SHARE_PLAINTEXT.unpack_from(plain)
+        if (src, dst) != (sender, self.party_id):
+            raise InvalidMessage()
+        sh = (
+            np.frombuffer(plain, dtype="<u4", offset=SHARE_PLAINTEXT.size)
+            .astype(np.uint32)
+            .reshape(2, _shamir.LIMBS)
+        )
+        if int(sh.max()) >= _shamir.PRIME:
+            raise InvalidMessage()
+        return sh
+
+    def _masked_input(self, req: MaskedInputRequest) -> MaskedInput:
+        ph = Stage.MASKED_INPUT.value
+        s = self.state
+        assert s.params is not None and s.request is not None
+        if req.session_id != s.session_id:
+            raise self._fail(
+                InconsistentViewError, "request for another session (different parameters or context)", ph
+            )
+        senders = [v for v, _ in req.envelopes]
+        if len(set(senders)) != len(senders):
+            raise self._fail(MalformedMessageError, "duplicate senders among the forwarded shares", ph)
+        strangers = sorted(set(senders) - set(s.neighbours) | ({self.party_id} & set(senders)))
+        if strangers:
+            raise self._fail(
+                InconsistentViewError, f"shares forwarded from non-neighbours {strangers[:5]}", ph
+            )
+        t0 = time.perf_counter()
+        complaints = []
+        for v, blob in req.envelopes:
+            try:
+                sh = self._open_share(v, blob)
+            except InvalidMessage:
+                complaints.append(v)
+                continue
+            s.seed_shares[v], s.key_shares[v] = sh[0], sh[1]
+        valid = 1 + len(s.seed_shares)
+        t = s.params.threshold
+        if valid < t:
+            cls = InconsistentViewError if complaints else ThresholdError
+            raise self._fail(
+                cls,
+                f"only {valid} valid shares (incl. own) from {len(senders)} forwarded, fewer than the threshold {t}; "
+                f"{len(complaints)} failed authentication",
+                ph,
+            )
+        if self._contribution is None:  # pragma: no cover - guarded by the stage machine
+            raise self._fail(StageOrderError, "input already sent", ph)
+        t1 = time.perf_counter()
+        try:
+            enc = self.schema.encode(self._contribution, self._encode_rng)
+        except EncodingError as exc:
+            raise EncodingError(str(exc), party=self.party_id, phase=ph) from None
+        self._contribution = None
+        expander = MaskExpander(self.layout.length, self.schema.ring_bits, algorithm=self.config.prg)
+        y = np.empty(self.layout.length, dtype=expander.dtype)
+        y[: self.layout.offset] = enc.data
+        y[self.layout.offset :] = self.layout.encode(enc.clip_counts)
+        wipe(enc.data)
+        t2 = time.perf_counter()
+        r = s.request.round_index
+        expander.add(y, s.self_mask_key)
+        masked_with = sorted(s.seed_shares)  # forwarded (U2) neighbours whose shares authenticated
+        for v in masked_with:
+            if v > self.party_id:
+                expander.add(y, s.mask_keys[v])
+            else:
+                expander.subtract(y, s.mask_keys[v])
+        if self.recipient is not None:
+            assert s.channel_sk is not None
+            cpk = s.keys[self.recipient][0]
+            try:
+                shared = s.channel_sk.exchange(X25519PublicKey.from_public_bytes(cpk))
+            except ValueError:
+                raise self._fail(InconsistentViewError, "the recipient's key is degenerate", ph) from None
+            expander.add(y, pad_key(shared, s.session_id, r, self.party_id, self.recipient))
+        expander.reduce(y)
+        t3 = time.perf_counter()
+        s.senders = tuple(sorted(senders))
+        s.complaints = tuple(sorted(complaints))
+        s.masked_with = tuple(masked_with)
+        s.stage = ph
+        reply = MaskedInput(
+            session_id=s.session_id, complaints=s.complaints, ring_bits=self.schema.ring_bits, vector=y
+        )
+        self.step_seconds.update(
+            decrypt=t1 - t0, encode=t2 - t1, mask=t3 - t2, message=time.perf_counter() - t3
+        )
+        self.step_seconds["expansions"] = float(len(masked_with) + 1 + (self.recipient is not None))
+        return reply
+
+    def _unmasking(self, req: UnmaskRequest) -> Unmask:
+        ph = Stage.UNMASKING.value
+        s = self.state
+        assert s.params is not None
+        if req.session_id != s.session_id:
+            raise self._fail(InconsistentViewError, "unmask request for another session", ph)
+        alive, dead = list(req.alive), list(req.dead)
+        if len(set(alive)) != len(alive) or len(set(dead)) != len(dead):
+            raise self._fail(RequestRefusedError, "duplicate ids in the unmask request", ph)
+        both = sorted(set(alive) & set(dead))
+        if both:
+            raise self._fail(
+                RequestRefusedError,
+                f"clients {both[:5]} listed as both alive and dead: revealing both share kinds would unmask them",
+                ph,
+            )
+        expected = set(s.masked_with) | {self.party_id}
+        listed = set(alive) | set(dead)
+        if listed != expected:
+            extra, missing = sorted(listed - expected), sorted(expected - listed)
+            raise self._fail(
+                RequestRefusedError,
+                f"request does not match the peers this client masked with: non-neighbours/unknown {extra[:5]}, "
+                f"unaccounted {missing[:5]}",
+                ph,
+            )
+        if self.party_id not in alive:
+            raise self._fail(RequestRefusedError, "this client sent its input but is listed as dropped", ph)
+        t = s.params.threshold
+        if len(alive) < t:
+            raise self._fail(
+                ThresholdError, f"only {len(alive)} surviving neighbours, fewer than the threshold {t}", ph
+            )
+        assert s.own_shares is not None
+        alive_sorted = sorted(alive)
+        seed_rows = np.stack(
+            [s.own_shares[0] if v == self.party_id else s.seed_shares[v] for v in alive_sorted]
+        )
+        dead_sorted = sorted(v for v in dead if v in s.key_shares)
+        key_rows = (
+            np.stack([s.key_shares[v] for v in dead_sorted])
+            if dead_sorted
+            else np.zeros((0, _shamir.LIMBS), dtype=np.uint32)
+        )
+        reply = Unmask(
+            session_id=s.session_id,
+            alive=tuple(alive_sorted),
+            seed_shares=seed_rows,
+            dead=tuple(dead_sorted),
+            key_shares=key_rows,
+        )
+        wipe(seed_rows, key_rows)
+        s.stage = ph
+        if self.recipient != self.party_id:
+            self._wipe()
+            s.stage = "done"
+        return reply
+
+    def _deliver(self, req: DeliverRequest) -> None:
+        ph = Stage.DELIVER.value
+        s = self.state
+        assert s.params is not None and s.request is not None and s.channel_sk is not None
+        if req.session_id != s.session_id:
+            raise self._fail(InconsistentViewError, "delivered sum belongs to another session", ph)
+        survivors = list(req.survivors)
+        if len(set(survivors)) != len(survivors) or not set(survivors) <= set(s.keys):
+            raise self._fail(MalformedMessageError, "survivor list has duplicates or unknown clients", ph)
+        if self.party_id not in survivors:
+            raise self._fail(
+                InconsistentViewError, "the recipient's own input is not in the delivered sum", ph
+            )
+        if len(survivors) < s.params.threshold:
+            raise self._fail(
+                ThresholdError,
+                f"sum of {len(survivors)} inputs is below the threshold {s.params.threshold}",
+                ph,
+            )
+        if req.ring_bits != self.schema.ring_bits or req.vector.shape != (self.layout.length,):
+            raise self._fail(MalformedMessageError, "delivered vector has the wrong ring or length", ph)
+        expander = MaskExpander(self.layout.length, self.schema.ring_bits, algorithm=self.config.prg)
+        acc = req.vector.astype(expander.dtype, copy=True)
+        r = s.request.round_index
+        for u in survivors:
+            try:
+                shared = s.channel_sk.exchange(X25519PublicKey.from_public_bytes(s.keys[u][0]))
+            except ValueError:
+                raise self._fail(InconsistentViewError, f"survivor {u} has a degenerate key", ph) from None
+            expander.subtract(acc, pad_key(shared, s.session_id, r, u, self.party_id))
+        expander.reduce(acc)
+        self.result = release_ring(self.schema, self.layout, acc, len(survivors), ph)
+        self._wipe()
+        s.stage = "done"
+        return None
+
+    def _wipe(self) -> None:
+        """Best-effort erasure of secrets (Python cannot erase immutable copies or key objects' memory)."""
+        s = self.state
+        wipe(s.seed, s.mask_sk_raw, s.own_shares, *s.seed_shares.values(), *s.key_shares.values())
+        s.seed_shares.clear()
+        s.key_shares.clear()
+        s.mask_keys.clear()
+        s.self_mask_key = b""
+        s.channels.clear()
+        s.mask_sk = None
+        s.channel_sk = None
+        s.own_shares = None
+        self._contribution = None

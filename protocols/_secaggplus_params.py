@@ -1,0 +1,179 @@
+"""The public parameters of SecAgg/SecAgg+: the stages, the configuration and the graph choice.
+
+Re-exported by :mod:`securefgl.protocols.secaggplus` (see its docstring for the protocol). The degree
+and threshold of a session come from :func:`resolve_graph`: the complete graph (SecAgg, or few clients),
+an explicit Harary degree, or the parameter finder of :mod:`securefgl.protocols._harary`.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+from securefgl.errors import ConfigError
+from securefgl.protocols._harary import (
+    ADVERSARIES,
+    GraphParameters,
+    complete_graph_threshold,
+    find_graph_parameters,
+)
+from securefgl.protocols._prg import PRG_ALGORITHMS
+
+__all__ = ["SecAggPlusConfig", "Stage", "resolve_graph"]
+
+
+class Stage(enum.StrEnum):
+    """The stages of SecAgg/SecAgg+, in protocol order (values are the transcript phase names)."""
+
+    ADVERTISE_KEYS = "advertise_keys"
+    SHARE_KEYS = "share_keys"
+    MASKED_INPUT = "masked_input"
+    UNMASKING = "unmasking"
+    DELIVER = "deliver"
+
+    @classmethod
+    def ordered(cls, *, recipient: bool) -> tuple[str, ...]:
+        """Stage names in order; ``deliver`` only in designated-recipient mode."""
+        names = tuple(s.value for s in cls)
+        return names if recipient else names[:-1]
+
+
+# ----------------------------------------------------------------------------------------------------
+# configuration
+# ----------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SecAggPlusConfig:
+    """Validated, immutable configuration of SecAgg/SecAgg+ (public: bound into the session id).
+
+    Args:
+        graph: ``"harary"`` (SecAgg+) or ``"complete"`` (SecAgg). (default: ``"harary"``)
+        degree: Harary degree :math:`k` (neighbours excluding self, even), or ``None`` to take it from
+            the parameter finder. (default: ``None``)
+        threshold: :math:`t`: an int, a fraction in (0, 1] of the neighbourhood size :math:`k+1`, or
+            ``None`` (finder's value for Harary; a majority, at least above the corrupted clients, for
+            the complete graph). (default: ``None``)
+        dropout_rate: tolerated fraction of dropouts :math:`\\delta` for the finder. (default: ``0.1``)
+        corrupt_rate: fraction :math:`\\gamma` of clients assumed to collude with the server.
+            (default: ``0.05``)
+        adversary: ``"curious"``, ``"semi-malicious"`` or ``"none"`` (finder's threat model).
+            (default: ``"curious"``)
+        prg: ``"aes256-ctr"`` or ``"chacha20"``. (default: ``"aes256-ctr"``)
+        security_bits: :math:`\\sigma` of the finder. (default: ``40``)
+        correctness_bits: :math:`\\eta` of the finder. (default: ``20``)
+        complete_below: with ``graph="harary"``, use the complete graph when fewer than this many
+            clients are invited. Below about 30 clients the finder assumes
+            :math:`\\lfloor \\gamma n \\rfloor \\le 1` corrupted clients and returns thresholds of 2-3 in
+            neighbourhoods of 3-7, while the complete graph is still cheap. ``0`` always uses the finder.
+            (default: ``32``)
+    """
+
+    graph: Literal["harary", "complete"] = "harary"
+    degree: int | None = None
+    threshold: int | float | None = None
+    dropout_rate: float = 0.1
+    corrupt_rate: float = 0.05
+    adversary: Literal["curious", "semi-malicious", "none"] = "curious"
+    prg: Literal["aes256-ctr", "chacha20"] = "aes256-ctr"
+    security_bits: float = 40.0
+    correctness_bits: float = 20.0
+    complete_below: int = 32
+
+    def __post_init__(self) -> None:
+        if self.graph not in ("harary", "complete"):
+            raise ConfigError(f"graph must be 'harary' or 'complete', got {self.graph!r}")
+        if self.adversary not in ADVERSARIES:
+            raise ConfigError(f"adversary must be one of {list(ADVERSARIES)}, got {self.adversary!r}")
+        if self.prg not in PRG_ALGORITHMS:
+            raise ConfigError(f"prg must be one of {list(PRG_ALGORITHMS)}, got {self.prg!r}")
+        for name in ("dropout_rate", "corrupt_rate"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v < 1.0:
+                raise ConfigError(f"{name} must be in [0, 1), got {v!r}")
+        if self.degree is not None:
+            if self.graph == "complete":
+                raise ConfigError("degree is only meaningful with graph='harary'")
+            if (
+                isinstance(self.degree, bool)
+                or not isinstance(self.degree, int)
+                or self.degree < 2
+                or self.degree % 2
+            ):
+                raise ConfigError(
+                    f"degree must be an even integer >= 2 (neighbours excluding self), got {self.degree!r}"
+                )
+        t = self.threshold
+        if t is not None:
+            if isinstance(t, bool) or not isinstance(t, (int, float)):
+                raise ConfigError(f"threshold must be an int, a fraction in (0, 1] or None, got {t!r}")
+            if isinstance(t, float) and not 0.0 < t <= 1.0:
+                raise ConfigError(f"a fractional threshold must be in (0, 1], got {t!r}")
+            if isinstance(t, int) and t < 1:
+                raise ConfigError(f"threshold must be >= 1, got {t!r}")
+        if (
+            isinstance(self.complete_below, bool)
+            or not isinstance(self.complete_below, int)
+            or self.complete_below < 0
+        ):
+            raise ConfigError(f"complete_below must be a non-negative integer, got {self.complete_below!r}")
+        for name in ("security_bits", "correctness_bits"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, float)) or v <= 0:
+                raise ConfigError(f"{name} must be positive, got {v!r}")
+
+
+def resolve_graph(config: SecAggPlusConfig, num_clients: int) -> GraphParameters:
+    """The degree and threshold for ``num_clients`` invited clients under ``config`` (deterministic).
+
+    Raises:
+        ConfigError: a threshold outside ``[1, k+1]``, or below 2 with more than one client.
+    """
+    n = int(num_clients)
+    if n < 1:
+        raise ConfigError("need at least one client")
+    if config.graph == "complete" or n < config.complete_below:
+        base = GraphParameters(
+            num_clients=n,
+            degree=n - 1,
+            threshold=complete_graph_threshold(
+                n, corrupt_rate=config.corrupt_rate, adversary=config.adversary
+            ),
+            complete=True,
+        )
+    elif config.degree is not None:
+        k = config.degree
+        if k >= n - 1:
+            base = GraphParameters(
+                n, n - 1, complete_graph_threshold(n, corrupt_rate=config.corrupt_rate), True
+            )
+        else:
+            base = GraphParameters(n, k, max(2, (k + 1) // 2 + 1), False)
+    else:
+        base = find_graph_parameters(
+            n,
+            dropout_rate=config.dropout_rate,
+            corrupt_rate=config.corrupt_rate,
+            adversary=config.adversary,
+            security_bits=config.security_bits,
+            correctness_bits=config.correctness_bits,
+        )
+    size = base.neighbourhood_size
+    t = config.threshold
+    if t is None:
+        threshold = base.threshold
+    elif isinstance(t, float):
+        threshold = max(1, math.ceil(t * size))
+    else:
+        threshold = int(t)
+    if not 1 <= threshold <= size:
+        raise ConfigError(
+            f"threshold {threshold} must be in [1, {size}] (neighbourhood size incl. self) for n={n}"
+        )
+    if threshold < 2 and n > 1:
+        raise ConfigError(
+            f"threshold {threshold} would put every secret in the clear in each share; use >= 2 with {n} clients"
+        )
+    return GraphParameters(n, base.degree, threshold, base.complete)

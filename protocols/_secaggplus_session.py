@@ -1,0 +1,169 @@
+"""What both parties of a SecAgg/SecAgg+ session derive alike (hazmat).
+
+The session id and graph, the HKDF-derived mask and pad keys, the seed commitment, the layout of the
+clip counts inside the masked vector, and the release of an unmasked ring sum. Re-exported (the public
+names) by :mod:`securefgl.protocols.secaggplus`, whose docstring gives the construction.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+
+from securefgl.errors import ReleaseRefusedError
+from securefgl.protocols import _shamir
+from securefgl.protocols._harary import SecretSharingGraph
+from securefgl.protocols._prg import KEY_BYTES, RandomSource, derive_key
+from securefgl.protocols.base import Sums
+from securefgl.protocols.encoding import SumSchema
+from securefgl.protocols.messages import AdvertiseRequest
+
+__all__ = [
+    "SHARE_BYTES",
+    "SHARE_PLAINTEXT",
+    "ClipLayout",
+    "commitment",
+    "key_is_usable",
+    "pad_key",
+    "pair_key",
+    "private_key",
+    "release_ring",
+    "self_key",
+    "session_graph",
+    "session_id_for",
+    "wipe",
+]
+
+
+_DOMAIN = b"securefgl/secagg/v1"
+SHARE_PLAINTEXT = struct.Struct(">II")
+SHARE_BYTES = SHARE_PLAINTEXT.size + 2 * _shamir.LIMBS * 4
+
+
+class ClipLayout:
+    """Per-block clip counts appended to the masked vector as limbs that cannot wrap the ring.
+
+    A count :math:`c \\le` block size is split into limbs of :math:`L = b - \\operatorname{bitlen}(N)`
+    bits (:math:`N` = ``max_clients``), so a sum of :math:`N` limbs stays below :math:`2^b` and the
+    total clip count of each block is recovered exactly while each client's own count stays masked.
+    """
+
+    def __init__(self, schema: SumSchema) -> None:
+        self.ring_bits = schema.ring_bits
+        self.limb_bits = max(1, schema.ring_bits - int(schema.max_clients).bit_length())
+        self.names = schema.names
+        self.limbs = {b.name: max(1, -(-int(b.size).bit_length() // self.limb_bits)) for b in schema.blocks}
+        self.offset = schema.length
+        self.extra = sum(self.limbs.values())
+        self.length = schema.length + self.extra
+
+    def encode(self, counts: Mapping[str, int]) -> np.ndarray:
+        out = np.zeros(self.extra, dtype=np.uint64)
+        i, mask = 0, (1 << self.limb_bits) - 1
+        for name in self.names:
+            c = int(counts.get(name, 0))
+            for j in range(self.limbs[name]):
+                out[i] = (c >> (j * self.limb_bits)) & mask
+                i += 1
+        return out
+
+    def decode(self, limbs: np.ndarray) -> dict[str, int]:
+        out: dict[str, int] = {}
+        i = 0
+        for name in self.names:
+            total = 0
+            for j in range(self.limbs[name]):
+                total += int(limbs[i]) << (j * self.limb_bits)
+                i += 1
+            out[name] = total
+        return out
+
+
+def _lp(b: bytes) -> bytes:
+    return struct.pack(">I", len(b)) + b
+
+
+def session_id_for(
+    request: AdvertiseRequest, keys: Sequence[tuple[int, bytes, bytes]], context: bytes
+) -> bytes:
+    """The session id: SHA-256 of the public parameters, the context digest and every advertised key."""
+    h = hashlib.sha256(_DOMAIN + b"/session")
+    h.update(_lp(request.to_bytes()))
+    h.update(hashlib.sha256(bytes(context)).digest())
+    h.update(struct.pack(">I", len(keys)))
+    for cid, cpk, spk in keys:
+        h.update(struct.pack(">I", cid) + cpk + spk)
+    return h.digest()
+
+
+def session_graph(session_id: bytes, clients: Sequence[int], degree: int) -> SecretSharingGraph:
+    """The secret-sharing graph of a session (its label permutation is derived from the session id)."""
+    return SecretSharingGraph(clients, degree, derive_key(session_id, "graph-seed", session_id=session_id))
+
+
+def pair_key(shared: bytes, sid: bytes, round_index: int, u: int, v: int) -> bytes:
+    """The pairwise mask key :math:`k_{uv}` from the X25519 secret of ``u`` and ``v`` (order-free)."""
+    a, b = (u, v) if u < v else (v, u)
+    return derive_key(
+        shared, "pairwise-mask", session_id=sid, round_index=round_index, pair=(a, b), label=b"vector"
+    )
+
+
+def self_key(seed: bytes | bytearray, sid: bytes, round_index: int, u: int) -> bytes:
+    """The self-mask key of ``u`` from its seed :math:`b_u`."""
+    return derive_key(
+        seed, "self-mask", session_id=sid, round_index=round_index, pair=(u, u), label=b"vector"
+    )
+
+
+def pad_key(shared: bytes, sid: bytes, round_index: int, u: int, r: int) -> bytes:
+    """The recipient pad key :math:`p_{ur}` from the channel X25519 secret of ``u`` and recipient ``r``."""
+    return derive_key(
+        shared, "recipient-pad", session_id=sid, round_index=round_index, pair=(u, r), label=b"vector"
+    )
+
+
+def commitment(sid: bytes, u: int, seed: bytes | bytearray) -> bytes:
+    """SHA-256 commitment of ``u`` to its self-mask seed, checked against reconstructions."""
+    return hashlib.sha256(_DOMAIN + b"/seed-commitment" + sid + struct.pack(">Q", u) + bytes(seed)).digest()
+
+
+def private_key(random: RandomSource) -> X25519PrivateKey:
+    """A fresh X25519 private key from ``random``."""
+    return X25519PrivateKey.from_private_bytes(random(KEY_BYTES))
+
+
+def key_is_usable(pk: bytes) -> bool:
+    """Whether a public key gives a non-degenerate X25519 exchange (not a low-order point)."""
+    try:
+        X25519PrivateKey.generate().exchange(X25519PublicKey.from_public_bytes(pk))
+    except ValueError:
+        return False
+    return True
+
+
+def wipe(*arrays: Any) -> None:
+    """Best-effort zeroing of writeable numpy arrays and bytearrays (other arguments are ignored)."""
+    for a in arrays:
+        if isinstance(a, np.ndarray) and a.flags.writeable:
+            a.fill(0)
+        elif isinstance(a, bytearray):
+            a[:] = bytes(len(a))
+
+
+def release_ring(schema: SumSchema, layout: ClipLayout, ring: np.ndarray, n: int, phase: str) -> Sums:
+    """Decode an unmasked ring sum of ``n`` inputs (values and clip-count limbs) and apply the release rules."""
+    data = ring[: layout.offset].astype(np.uint64)
+    clips = layout.decode(ring[layout.offset :])
+    if n < schema.min_contributors:
+        raise ReleaseRefusedError(
+            f"sum of {n} contributor(s) refused: the schema requires at least min_contributors={schema.min_contributors}",
+            phase=phase,
+        )
+    values = schema.decode(data, n)
+    return schema.release(values, n, clips, schema.error_bound(n))

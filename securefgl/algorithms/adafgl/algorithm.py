@@ -1,0 +1,106 @@
+r"""AdaFGL: a federated knowledge extractor under secure aggregation, then adaptive local personalisation.
+
+Li, Wu, Zhang, Sun, Li, Wang, "AdaFGL: A New Paradigm for Federated Node Classification with Topology
+Heterogeneity" (ICDE 2024, https://arxiv.org/abs/2401.11750). Implemented from
+``shared/specs/adafgl.md``; section numbers below refer to that spec.
+
+**Step 1** (§2.1, Alg. 1) is FedAvg of a GCN, the *federated knowledge extractor*. In round :math:`t` each
+participating client :math:`i` runs :math:`E` local epochs from the broadcast :math:`\tilde W^t` and uploads
+only a numerator and a denominator, which the protocol sums:
+
+.. math::
+    u_i = \big(n_i \,\mathrm{vec}(W_i^t),\ n_i\big), \qquad
+    U = \sum_{i \in S_t} u_i, \qquad
+    \tilde W^{t+1} = \frac{\sum_i n_i W_i^t}{\sum_i n_i} \quad \text{(eq. 4)}
+
+with :math:`n_i = |V_i|` (spec §7.6). The server sees :math:`U` only. This is the engine's FedAvg (schema,
+batched local training, server step) with the node-count weight of eq. (4).
+
+**Step 2** (§2.2, Alg. 2) runs on every client with the extractor :math:`\tilde W` (by default the evaluated
+round's global model with the best validation accuracy, as the official code keeps it; ``extractor="last"``:
+the final broadcast :math:`\tilde W^{T+1}`) and sends nothing (its transcript is empty):
+
+.. math::
+    \hat P = \mathrm{softmax}(\mathrm{GCN}_{\tilde W^{T+1}}(X, A)), \quad
+    \tilde P = \alpha A + (1-\alpha)\,B(\hat P) \quad \text{(eqs. 5-6)} \\
+    X_s = [X \,\|\, \hat{\mathcal A}X \,\|\, \dots \,\|\, \hat{\mathcal A}^{K_p}X],\
+    \hat{\mathcal A} = D^{-1/2}(\tilde P + I)D^{-1/2} \quad \text{(eq. 7)} \\
+    \hat Y_{ho} = \tfrac12(\mathrm{softmax}(\mathrm{MLP}_{ho}(X_s)) + \hat P), \quad
+    L_{knowledge} = \mathrm{mean}\big((\mathrm{MLP}_{ho}(X_s) - \hat P)^2\big) \quad \text{(eqs. 8-9)} \\
+    \hat Y_{he} = \tfrac13\big(\mathrm{softmax}(H_f) + \mathrm{softmax}(\tilde H_{he}) + \mathrm{softmax}(H_m)\big)
+    \quad \text{(eqs. 10-13)} \\
+    \hat Y = \mathrm{HCS}\,\hat Y_{ho} + (1-\mathrm{HCS})\,\hat Y_{he}, \quad
+    \mathrm{HCS} = \text{LP accuracy on hidden train nodes} \quad \text{(eqs. 15-17)}
+
+where :math:`B` is the binarised cosine similarity of predicted class distributions (threshold 0.999),
+:math:`H_f = \mathrm{MLP}_f(X)`, :math:`\tilde H_{he} = \mathrm{MLP}_{he}(X_s)` and :math:`H_m` is the learnable
+message passing of eqs. (11)-(12) (see
+:class:`~securefgl.algorithms.adafgl.model.LearnableMessagePassing`).
+
+Step 2 trains the K clients' personalised models together (batched over clients, each with its own
+parameters, optimiser state, HCS and best epoch) when ``train.batched`` is on, and one client at a time
+otherwise; clients above ``dense_max_nodes`` always run alone with sparse similarity and message passing.
+
+Security:
+    The server sees, per round, only :math:`\sum_i n_i \mathrm{clip}_B(W_i)` and :math:`\sum_i n_i` (released by
+    the protocol) and broadcasts their ratio. Step 2 sends nothing: :math:`\hat P_i`, :math:`\tilde P_i`,
+    :math:`\mathrm{HCS}_i` and the personalised models never leave client :math:`i`. Not protected: the
+    broadcast extractor itself (the sum), and per-client diagnostics a simulation chooses to print.
+
+Shapes:
+    per client: ``x`` ``(N_k, F)``, ``edge_index`` ``(2, E_k)``; uploads one block ``w.<name>`` per GCN
+    parameter tensor (its shape, times :math:`n_k`) and ``n`` ``(1,)``; step 2 predictions ``(N_k, C)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from securefgl.algorithms.adafgl.client import AdaFGLClient
+from securefgl.algorithms.adafgl.options import STEP1, STEP2, AdaFGLOptions
+from securefgl.algorithms.adafgl.schema import extractor_schema
+from securefgl.algorithms.adafgl.server import AdaFGLServer
+from securefgl.algorithms.base import Phase, RoundState
+from securefgl.algorithms.baselines.fedavg import FedAvg
+from securefgl.algorithms.baselines.fedavg.schema import count_bound
+from securefgl.algorithms.registry import register_algorithm
+from securefgl.protocols.encoding import SumSchema
+
+__all__ = ["AdaFGL"]
+
+
+@register_algorithm
+class AdaFGL(AdaFGLServer, AdaFGLClient, FedAvg):
+    r"""AdaFGL (see the module docstring): FedAvg of the knowledge extractor, then local personalisation.
+
+    Phases: ``federated`` (``train.rounds`` rounds of FedAvg through the protocol; uploads
+    :math:`n_k \mathrm{clip}_B(W_k)` per parameter tensor and the count :math:`n_k`) and ``personalize``
+    (local only, no sum: the engine calls no protocol, so its transcript is empty). Evaluation in the
+    federated phase scores the extractor (the FedAvg global model); the final metrics are those of the
+    personalised predictions :math:`\hat Y` (returned as :math:`\log\hat Y`).
+
+    Step 1 is the engine's FedAvg (schema, batched local training, server step); only the weight
+    :math:`n_k = |V_k|` (``weighting="nodes"``, the spec's choice) is added here.
+
+    Args:
+        setting: the public facts of the run (the extractor is ``setting.model``: GCN in the paper).
+        options: :class:`AdaFGLOptions` or a mapping validated against it.
+    """
+
+    name = "adafgl"
+    dp_blocks = False  # step 1 uploads weighted weights; DP-FedAvg deltas are not wired into AdaFGL
+    Options = AdaFGLOptions
+    batched = True
+
+    def phases(self, train: Any) -> Sequence[Phase]:
+        return (Phase(STEP1, kind="rounds", rounds=train.rounds), Phase(STEP2, kind="local"))
+
+    def schema(self, rs: RoundState) -> SumSchema:
+        """Step 1's sum (:func:`~securefgl.algorithms.adafgl.schema.extractor_schema`)."""
+        return extractor_schema(
+            rs.broadcast,
+            param_bound=self.options.param_bound,
+            count_bound=count_bound(self.options, self.setting.count_bound, delta=False),
+            max_clients=max(self.setting.max_clients_per_round, len(rs.clients)),
+        )

@@ -1,0 +1,133 @@
+r"""AdaFGL's client half: step 1's local training with the weight of eq. (4), and step 2 (local only).
+
+Step 2 (spec §2.2) corrects each client's topology, smooths its features, scores HCS and trains the
+personalised model (:mod:`._local`, :mod:`._batched`, :mod:`._topology`, :mod:`.model`); nothing of it leaves
+the client.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from securefgl.algorithms.adafgl._local import client_homophily_report, prepare_client, train_prepared
+from securefgl.algorithms.adafgl.options import STEP2
+from securefgl.algorithms.base import Broadcast, Client, Phase, RoundState
+from securefgl.algorithms.baselines.fedavg.client import FedAvgClient
+from securefgl.errors import TrainingError
+from securefgl.training.local_training import predict_shared, workspace_generator
+
+__all__ = ["AdaFGLClient"]
+
+
+class AdaFGLClient(FedAvgClient):
+    """Client-side methods of :class:`~securefgl.algorithms.adafgl.AdaFGL` (a mixin of it).
+
+    Step 1 is FedAvg's client half (:meth:`FedAvgClient._train`) with the weight :math:`n_k` of eq. (4);
+    step 2 keeps each client's personalised predictions in ``client.state["adafgl"]``.
+    """
+
+    def prox_mu(self) -> float:
+        return 0.0
+
+    # ------------------------------------------------------------------ step 1 ----------------------------
+
+    def _weight(self, client: Client) -> int:
+        if self.options.weighting == "uniform":
+            return 1
+        return client.num_nodes if self.options.weighting == "nodes" else client.num_train
+
+    def client_steps(self, clients: Sequence[Client], rs: RoundState) -> dict[int, Any]:
+        """FedAvg's client step with the weight of eq. (4): ``{w.<param>: n_k clip_B(W_k), n: n_k}``."""
+        glob = {n: v.to(clients[0].device) for n, v in rs.broadcast.items()}
+        res = self._train(clients, glob, self.setting.train.local_epochs, None, f"{self.name}.train")
+        weights = [self._weight(c) for c in clients]
+        bound = self.options.param_bound
+        out: dict[int, Any] = {c.id: {} for c in clients}
+        for n, v in res.params.items():
+            w = torch.tensor(weights, dtype=v.dtype, device=v.device).view(-1, *([1] * (v.dim() - 1)))
+            for i, part in enumerate((v.clamp(-bound, bound) * w).unbind(0)):
+                out[clients[i].id][f"w.{n}"] = part
+        for i, c in enumerate(clients):
+            c.record_loss(res.losses[i])
+            out[c.id]["n"] = torch.tensor([weights[i]], dtype=torch.int64)
+        return out
+
+    # ------------------------------------------------------------------ step 2 ----------------------------
+
+    def personalize_clients(self, clients: Sequence[Client], broadcast: Broadcast, phase: Phase) -> None:
+        """Step 2 on every client with the chosen extractor (``options.extractor``); sends nothing."""
+        if not clients:
+            return
+        model = self.setting.make_model(generator=torch.Generator().manual_seed(0))  # structure only
+        glob = {n: v.to(clients[0].device) for n, v in broadcast.items()}
+        logits = predict_shared(model, glob, clients)
+        prepared = []
+        for c in clients:
+            d = c.data
+            z = logits[c.id].detach().float()
+            prepared.append(
+                prepare_client(
+                    d.x.float(),
+                    d.edge_index,
+                    d.y,
+                    (d.train_mask, d.val_mask, d.test_mask),
+                    torch.softmax(z, dim=1),
+                    z,
+                    self.options,
+                    num_classes=self.setting.num_classes,
+                    generator=c.generator,
+                    client=c.id,
+                )
+            )
+        results = train_prepared(
+            prepared,
+            self.options,
+            num_classes=self.setting.num_classes,
+            generators=[c.generator for c in clients],
+            batched=self.setting.train.batched,
+            batch_generator=workspace_generator(clients),
+        )
+        for c, res in zip(clients, results, strict=True):
+            c.state["adafgl"] = {
+                "probs": res.outcome.probs.detach(),
+                "hcs": res.hcs,
+                "best_epoch": res.outcome.best_epoch,
+                "similarity_edges": res.similarity_edges,
+                "dense_message_passing": res.dense_message_passing,
+            }
+
+    # ------------------------------------------------------------------ evaluation -------------------------
+
+    def evaluate(
+        self, clients: Sequence[Client], broadcast: Broadcast, rs: RoundState
+    ) -> dict[int, torch.Tensor]:
+        r"""Extractor scores during step 1; :math:`\log\hat Y` of the personalised model after step 2."""
+        if rs.phase != STEP2:
+            return super().evaluate(clients, broadcast, rs)
+        out = {}
+        for c in clients:
+            st = c.state.get("adafgl")
+            if st is None:
+                raise TrainingError(
+                    f"adafgl: client {c.id} has no step-2 result; the personalize phase did not run"
+                )
+            out[c.id] = st["probs"].clamp_min(1e-12).log()
+        return out
+
+    def client_report(self, client: Client) -> dict[str, Any]:
+        """Client-side diagnostics (spec §6): homophily of the local graph and the client's HCS.
+
+        These are individual values: they stay on the client (or in a simulation's report); the server
+        never receives them.
+        """
+        d = client.data
+        rep = client_homophily_report(d.edge_index, d.y, self.setting.num_classes)
+        st = client.state.get("adafgl")
+        if st is not None:
+            rep["hcs"] = st["hcs"]
+            rep["step2_best_epoch"] = st["best_epoch"]
+            rep["similarity_edges"] = st["similarity_edges"]
+        return rep
