@@ -156,6 +156,70 @@ def _scores(rows: Tensor, deg: Tensor, own_adj: tuple[Tensor, Tensor], pairs: Te
     return out
 
 
+def _checked_inputs(rows: Tensor, own_nodes: Tensor, n: int) -> tuple[Tensor, Tensor]:
+    """``(own ids, rows as float64)`` on the CPU, after checking their shapes, ids and values."""
+    own = own_nodes.to(torch.long).cpu()
+    r = rows.detach().to(torch.float64).cpu()
+    if r.dim() != 2 or r.shape != (own.numel(), n):
+        raise ConfigError(f"rows must be (n_i, N) = ({own.numel()}, {n}), got {tuple(r.shape)}")
+    if (
+        own.numel() == 0
+        or int(own.min()) < 0
+        or int(own.max()) >= n
+        or torch.unique(own).numel() != own.numel()
+    ):
+        raise ConfigError(f"own_nodes must be distinct global ids in [0, {n})")
+    if not torch.isfinite(r).all():
+        raise AttackNotApplicableError("the received rows hold non-finite values")
+    return own, r
+
+
+def _positive_keys(true_edges: Tensor, is_own: Tensor, ext: Tensor, n: int) -> tuple[Tensor, Tensor]:
+    """``(candidate true edges, all true edges)`` as undirected keys ``u * N + v``: the candidates join an
+    external neighbour to another node, both outside the client."""
+    ext_mask = torch.zeros(n, dtype=torch.bool)
+    ext_mask[ext] = True
+    if ext.numel() == 0:
+        raise AttackNotApplicableError(
+            "the client has no external neighbour: its rows only cover walks it computes itself"
+        )
+    true_keys_t = _undirected_keys(true_edges, n)
+    ta, tb = true_keys_t // n, true_keys_t % n
+    cand = ~is_own[ta] & ~is_own[tb] & (ext_mask[ta] | ext_mask[tb])
+    pos_keys = true_keys_t[cand]
+    if pos_keys.numel() == 0:
+        raise AttackNotApplicableError(
+            f"no true edge among the candidate pairs (external neighbour, outside node) of the client's "
+            f"{ext.numel()} external neighbours: nothing to infer"
+        )
+    return pos_keys, true_keys_t
+
+
+def _report(
+    scores: Tensor, labels: Tensor, public_scores: Tensor | None, num_external: int, subtracted: bool
+) -> dict[str, Any]:
+    """The metrics of the scored pairs (and of the public baseline, when given)."""
+    y = labels.numpy()
+    s = scores.numpy()
+    k = int(y.sum())
+    roc = roc_summary(y, s, fprs=(0.01, 0.001))
+    out: dict[str, Any] = {
+        **roc,
+        "precision@k": precision_at_k(y, s, k),
+        "k": k,
+        "pairs": int(y.size),
+        "positives": k,
+        "external_neighbours": num_external,
+        "informative_pairs": int(np.count_nonzero(s)),
+        "subtracted_known": subtracted,
+        "chance": {"auc": 0.5, "precision@k": float(y.mean())},
+    }
+    if public_scores is not None:
+        sp = public_scores.numpy()
+        out["public"] = {"auc": roc_summary(y, sp, fprs=())["auc"], "precision@k": precision_at_k(y, sp, k)}
+    return out
+
+
 def external_edge_inference(
     rows: Tensor,
     own_nodes: Tensor,
@@ -195,40 +259,14 @@ def external_edge_inference(
             candidate pairs (the rows have nothing to reveal).
     """
     n = int(num_nodes)
-    own = own_nodes.to(torch.long).cpu()
-    r = rows.detach().to(torch.float64).cpu()
-    if r.dim() != 2 or r.shape != (own.numel(), n):
-        raise ConfigError(f"rows must be (n_i, N) = ({own.numel()}, {n}), got {tuple(r.shape)}")
-    if (
-        own.numel() == 0
-        or int(own.min()) < 0
-        or int(own.max()) >= n
-        or torch.unique(own).numel() != own.numel()
-    ):
-        raise ConfigError(f"own_nodes must be distinct global ids in [0, {n})")
-    if not torch.isfinite(r).all():
-        raise AttackNotApplicableError("the received rows hold non-finite values")
+    own, r = _checked_inputs(rows, own_nodes, n)
     _, deg, known = _own_first_power(own, known_edges, n)
     is_own = torch.zeros(n, dtype=torch.bool)
     is_own[own] = True
     own_adj = _own_external_adjacency(own, known, is_own, n)
     ext = torch.unique(own_adj[1])
-    ext_mask = torch.zeros(n, dtype=torch.bool)
-    ext_mask[ext] = True
-    if ext.numel() == 0:
-        raise AttackNotApplicableError(
-            "the client has no external neighbour: its rows only cover walks it computes itself"
-        )
     outside = torch.nonzero(~is_own).flatten()
-    true_keys_t = _undirected_keys(true_edges, n)
-    ta, tb = true_keys_t // n, true_keys_t % n
-    cand = ~is_own[ta] & ~is_own[tb] & (ext_mask[ta] | ext_mask[tb])
-    pos_keys = true_keys_t[cand]
-    if pos_keys.numel() == 0:
-        raise AttackNotApplicableError(
-            f"no true edge among the candidate pairs (external neighbour, outside node) of the client's "
-            f"{ext.numel()} external neighbours: nothing to infer"
-        )
+    pos_keys, true_keys_t = _positive_keys(true_edges, is_own, ext, n)
     if max_pairs is not None and pos_keys.numel() > max_pairs:
         pos_keys = pos_keys[torch.randperm(pos_keys.numel(), generator=generator)[:max_pairs]]
     pairs, labels = _sample_pairs(pos_keys, ext, outside, set(true_keys_t.tolist()), n, generator)
@@ -238,22 +276,5 @@ def external_edge_inference(
     public = known_walks(own, known_edges, n, beta) if beta is not None else None
     resid = r - public if public is not None else r
     scores = _scores(resid, deg, own_adj, pairs, tol)
-    y = labels.numpy()
-    s = scores.numpy()
-    k = int(y.sum())
-    roc = roc_summary(y, s, fprs=(0.01, 0.001))
-    out: dict[str, Any] = {
-        **roc,
-        "precision@k": precision_at_k(y, s, k),
-        "k": k,
-        "pairs": int(y.size),
-        "positives": k,
-        "external_neighbours": int(ext.numel()),
-        "informative_pairs": int(np.count_nonzero(s)),
-        "subtracted_known": beta is not None,
-        "chance": {"auc": 0.5, "precision@k": float(y.mean())},
-    }
-    if public is not None:
-        sp = _scores(public, deg, own_adj, pairs, tol).numpy()
-        out["public"] = {"auc": roc_summary(y, sp, fprs=())["auc"], "precision@k": precision_at_k(y, sp, k)}
-    return out
+    public_scores = _scores(public, deg, own_adj, pairs, tol) if public is not None else None
+    return _report(scores, labels, public_scores, int(ext.numel()), beta is not None)

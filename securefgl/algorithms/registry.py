@@ -139,6 +139,101 @@ def _model_names() -> list[str]:
     return list(available_models())
 
 
+def _protocol_key(
+    protocol: str, problems: list[CompatibilityProblem]
+) -> tuple[ProtocolSpec | None, str, list[str]]:
+    """``(spec, key, known names)`` of ``protocol``; an unknown name is appended to ``problems``."""
+    pnames = _protocol_names()
+    spec: ProtocolSpec | None = None
+    with contextlib.suppress(ConfigError):  # an invalid name is reported as unknown just below
+        spec = parse_protocol(protocol)
+    pkey = spec.name if spec is not None else protocol
+    if pkey not in pnames:
+        problems.append(
+            CompatibilityProblem(
+                f"unknown protocol {protocol!r}", f"choose one of: {', '.join(pnames)}", True
+            )
+        )
+    return spec, pkey, pnames
+
+
+def _model_key(model: str, problems: list[CompatibilityProblem]) -> str | None:
+    """The canonical model name, or ``None`` (appended to ``problems``) when unknown."""
+    mnames = _model_names()
+    from securefgl.nn.registry import normalize_model_name
+
+    try:
+        return normalize_model_name(model)
+    except ConfigError:
+        problems.append(
+            CompatibilityProblem(f"unknown model {model!r}", f"choose one of: {', '.join(mnames)}", True)
+        )
+        return None
+
+
+def _dataset_key(dataset: str, problems: list[CompatibilityProblem]) -> str | None:
+    """The canonical dataset name, or ``None`` (appended to ``problems``) when unknown."""
+    try:
+        from securefgl.data.datasets import canonical_name
+
+        return canonical_name(dataset, error=ConfigError, key="dataset")
+    except ConfigError as exc:
+        problems.append(CompatibilityProblem(str(exc), "run `securefgl datasets` for the list", True))
+        return None
+
+
+def _algorithm_problems(
+    cls: type[Algorithm],
+    options: Mapping[str, Any] | None,
+    spec: ProtocolSpec | None,
+    pkey: str,
+    pnames: list[str],
+    mkey: str | None,
+    dkey: str | None,
+    num_clients: int | None,
+    dropout: float,
+) -> list[CompatibilityProblem]:
+    """The problems of a known algorithm with the rest of the combination (its own checks last)."""
+    problems: list[CompatibilityProblem] = []
+    if options is not None:
+        try:
+            parse_options(cls.Options, options, where=f"algorithm.options ({cls.name})")
+        except ConfigError as exc:
+            problems.append(CompatibilityProblem(str(exc), "fix the algorithm options", True))
+    if mkey is not None and cls.supported_models is not None and mkey not in cls.supported_models:
+        problems.append(
+            CompatibilityProblem(
+                f"algorithm {cls.name!r} does not train model {mkey!r}",
+                f"use one of: {', '.join(sorted(cls.supported_models))}",
+                False,
+            )
+        )
+    if spec is not None and spec.dp and not cls.dp_blocks:
+        problems.append(
+            CompatibilityProblem(
+                f"algorithm {cls.name!r} marks no block for differential privacy, so protocol {pkey!r} "
+                "would add no noise",
+                f"use protocol {spec.base!r}, or an algorithm with DP support",
+                False,
+            )
+        )
+    if dropout and not cls.uses_protocol:
+        problems.append(
+            CompatibilityProblem(
+                f"algorithm {cls.name!r} never communicates, so a dropout fraction of {dropout} has no meaning",
+                "drop the --dropout option",
+                True,
+            )
+        )
+    if dkey is not None and spec is not None and pkey in pnames and mkey is not None:
+        problems.extend(
+            cls.compatibility(
+                protocol=spec, model=mkey, dataset=dkey, options=options, num_clients=num_clients
+            )
+        )
+    return problems
+
+
 def find_problems(
     algorithm: str,
     protocol: str,
@@ -169,83 +264,19 @@ def find_problems(
                 f"unknown algorithm {algorithm!r}", f"choose one of: {', '.join(sorted(_REGISTRY))}", True
             )
         )
-
-    pnames = _protocol_names()
-    spec: ProtocolSpec | None = None
-    with contextlib.suppress(ConfigError):  # an invalid name is reported as unknown just below
-        spec = parse_protocol(protocol)
-    pkey = spec.name if spec is not None else protocol
-    if pkey not in pnames:
-        problems.append(
-            CompatibilityProblem(
-                f"unknown protocol {protocol!r}", f"choose one of: {', '.join(pnames)}", True
-            )
-        )
-
-    mnames = _model_names()
-    mkey = model.strip().lower() if isinstance(model, str) else model
-    from securefgl.nn.registry import normalize_model_name
-
-    try:
-        mkey = normalize_model_name(model)
-    except ConfigError:
-        problems.append(
-            CompatibilityProblem(f"unknown model {model!r}", f"choose one of: {', '.join(mnames)}", True)
-        )
-        mkey = None
-
-    try:
-        from securefgl.data.datasets import canonical_name
-
-        dkey = canonical_name(dataset, error=ConfigError, key="dataset")
-    except ConfigError as exc:
-        problems.append(CompatibilityProblem(str(exc), "run `securefgl datasets` for the list", True))
-        dkey = None
-
+    spec, pkey, pnames = _protocol_key(protocol, problems)
+    mkey = _model_key(model, problems)
+    dkey = _dataset_key(dataset, problems)
     if not 0.0 <= float(dropout) < 1.0:
         problems.append(
             CompatibilityProblem(
                 f"dropout fraction {dropout!r} is outside [0, 1)", "pass a value in [0, 1)", True
             )
         )
-
     if cls is not None:
-        if options is not None:
-            try:
-                parse_options(cls.Options, options, where=f"algorithm.options ({cls.name})")
-            except ConfigError as exc:
-                problems.append(CompatibilityProblem(str(exc), "fix the algorithm options", True))
-        if mkey is not None and cls.supported_models is not None and mkey not in cls.supported_models:
-            problems.append(
-                CompatibilityProblem(
-                    f"algorithm {cls.name!r} does not train model {mkey!r}",
-                    f"use one of: {', '.join(sorted(cls.supported_models))}",
-                    False,
-                )
-            )
-        if spec is not None and spec.dp and not cls.dp_blocks:
-            problems.append(
-                CompatibilityProblem(
-                    f"algorithm {cls.name!r} marks no block for differential privacy, so protocol {pkey!r} "
-                    "would add no noise",
-                    f"use protocol {spec.base!r}, or an algorithm with DP support",
-                    False,
-                )
-            )
-        if dropout and not cls.uses_protocol:
-            problems.append(
-                CompatibilityProblem(
-                    f"algorithm {cls.name!r} never communicates, so a dropout fraction of {dropout} has no meaning",
-                    "drop the --dropout option",
-                    True,
-                )
-            )
-        if dkey is not None and spec is not None and pkey in pnames and mkey is not None:
-            problems.extend(
-                cls.compatibility(
-                    protocol=spec, model=mkey, dataset=dkey, options=options, num_clients=num_clients
-                )
-            )
+        problems.extend(
+            _algorithm_problems(cls, options, spec, pkey, pnames, mkey, dkey, num_clients, dropout)
+        )
     return problems
 
 

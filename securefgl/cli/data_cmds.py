@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -19,6 +19,9 @@ from securefgl.cli._app import app
 from securefgl.config import DataConfig, build, load_mapping, merge, parse_overrides, save_config, to_dict
 from securefgl.data.partition import partition_methods
 from securefgl.errors import ConfigError, SecureFGLError
+
+if TYPE_CHECKING:
+    from securefgl.data.federated import FederatedGraph
 
 __all__ = ["datasets_command", "partition_command"]
 
@@ -268,18 +271,7 @@ def partition_command(
     Per client: nodes, edges, train/val/test counts, class histogram, edge homophily, cross-client edges.
     """
     try:
-        params = parse_overrides(param or [])
-        flags = {
-            "dataset": {"name": dataset, "root": root},
-            "partition": {
-                "method": method,
-                "clients": clients,
-                "seed": seed,
-                "split": _parse_split(split),
-                "cache": False if no_cache else None,
-                "params": params or None,  # with the method: a method may need a parameter (file: path)
-            },
-        }
+        flags = _partition_flags(dataset, method, clients, seed, split, param, root, no_cache)
         cfg, ignored = _resolve_config(config, set_ or [], flags)
         data = cfg.dataset.load()
         fg = cfg.partition.apply(data, root=cfg.dataset.root)
@@ -288,6 +280,54 @@ def partition_command(
 
     summary = fg.summary()
     resolved = to_dict(cfg)
+    written = _write_partition_files(cfg, fg.meta, summary, resolved, plot, out)
+    if as_json:
+        payload = {
+            "summary": summary,
+            "meta": fg.meta,
+            "config": resolved,
+            "written": written,
+            "ignored": ignored,
+        }
+        typer.echo(json.dumps(_clean(payload), indent=2))
+        return
+    _print_partition(cfg, fg, summary, ignored, written)
+
+
+def _partition_flags(
+    dataset: str | None,
+    method: str | None,
+    clients: int | None,
+    seed: int | None,
+    split: str | None,
+    param: list[str] | None,
+    root: str | None,
+    no_cache: bool,
+) -> dict[str, dict[str, Any]]:
+    """The explicit ``partition`` flags as config sections (``None``: not given)."""
+    params = parse_overrides(param or [])
+    return {
+        "dataset": {"name": dataset, "root": root},
+        "partition": {
+            "method": method,
+            "clients": clients,
+            "seed": seed,
+            "split": _parse_split(split),
+            "cache": False if no_cache else None,
+            "params": params or None,  # with the method: a method may need a parameter (file: path)
+        },
+    }
+
+
+def _write_partition_files(
+    cfg: DataConfig,
+    meta: dict[str, Any],
+    summary: dict[str, Any],
+    resolved: dict[str, Any],
+    plot: Path | None,
+    out: Path | None,
+) -> list[str]:
+    """Write the ``--plot`` PNG and the ``--out`` folder (each with the resolved config); the paths written."""
     written: list[str] = []
     if plot is not None:
         _plot(summary, plot)
@@ -296,30 +336,16 @@ def partition_command(
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         (out / "partition.json").write_text(
-            json.dumps(_clean({"summary": summary, "meta": fg.meta, "config": resolved}), indent=2),
+            json.dumps(_clean({"summary": summary, "meta": meta, "config": resolved}), indent=2),
             encoding="utf-8",
         )
         written.append(str(out / "partition.json"))
         written.append(str(save_config(cfg, out / "config.toml")))
+    return written
 
-    if as_json:
-        typer.echo(
-            json.dumps(
-                _clean(
-                    {
-                        "summary": summary,
-                        "meta": fg.meta,
-                        "config": resolved,
-                        "written": written,
-                        "ignored": ignored,
-                    }
-                ),
-                indent=2,
-            )
-        )
-        return
 
-    console = Console(width=160)
+def _partition_table(cfg: DataConfig, fg: FederatedGraph, summary: dict[str, Any]) -> Table:
+    """One row per client: sizes, split counts, class histogram, homophily, cross-client edges."""
     p = cfg.partition
     split_txt = "public" if p.split == "public" else "/".join(f"{r:g}" for r in p.split)  # type: ignore[union-attr]
     if fg.meta.get("split") == "file":
@@ -351,14 +377,22 @@ def partition_command(
             _fmt(row["edge_homophily"]),
             str(row["cross_edges"]),
         )
-    console.print(table)
+    return table
+
+
+def _print_partition(
+    cfg: DataConfig, fg: FederatedGraph, summary: dict[str, Any], ignored: list[str], written: list[str]
+) -> None:
+    """The table, the totals, where the partition came from, and the files written."""
+    console = Console(width=160)
+    console.print(_partition_table(cfg, fg, summary))
     console.print(
         f"nodes: {summary['num_nodes']} ({summary['nodes_in_clients']} in clients) · "
         f"cross-client edges: {summary['cross_edges']} · edges touching no-client nodes: {summary['unowned_edges']}"
         + (f" · injected edges: {summary['injected_edges']}" if summary["injected_edges"] else "")
         + (f" · held-out new client: {summary['held_out_nodes']} nodes" if summary["held_out_nodes"] else "")
     )
-    if p.cache:
+    if cfg.partition.cache:
         state = (
             "loaded from cache"
             if fg.meta.get("cache_hit")

@@ -157,6 +157,80 @@ def _local_subgraph(local_index: np.ndarray, src: np.ndarray, dst: np.ndarray) -
     return torch.from_numpy(np.ascontiguousarray(ei))
 
 
+def _long(a: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64))
+
+
+def _local_indices(
+    owner: np.ndarray, n: int, num_clients: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(local_index, owned_order, starts, counts)``: every node's index inside its client (ascending global
+    ids; ``-1`` for none), the owned nodes grouped by client, and each client's offset and size in that order."""
+    order = np.argsort(owner, kind="stable")
+    counts = np.bincount(owner[owner >= 0], minlength=num_clients)
+    first_owned = int(np.searchsorted(owner[order], 0))
+    local_index = np.full(n, -1, dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    owned_order = order[first_owned:]
+    local_index[owned_order] = np.arange(owned_order.size) - np.repeat(starts, counts)
+    return local_index, owned_order, starts, counts
+
+
+def _client_edges(
+    l_src: np.ndarray,
+    l_dst: np.ndarray,
+    owner: np.ndarray,
+    local_index: np.ndarray,
+    injected: np.ndarray | None,
+    n: int,
+    num_clients: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(src, dst, starts)``: the intra-client edges (plus ``injected``) grouped by client, coalesced inside
+    each client; client ``k`` holds ``starts[k]:starts[k+1]``."""
+    if injected is not None and injected.size:
+        l_src = np.concatenate([l_src, injected[0]])
+        l_dst = np.concatenate([l_dst, injected[1]])
+    l_owner = owner[l_src]
+    if injected is not None and injected.size:
+        # sort by (client, local src, local dst) so every client's edge_index is coalesced
+        key = (l_owner * n + local_index[l_src]) * n + local_index[l_dst] if n < 2**20 else None
+        e_order = (
+            np.argsort(key, kind="stable")
+            if key is not None
+            else np.lexsort((local_index[l_dst], local_index[l_src], l_owner))
+        )
+    else:
+        # the source edge_index is coalesced (sorted by global src, dst) and local ids preserve the global order
+        # inside a client, so a stable sort by client alone keeps every client's edges sorted
+        e_order = np.argsort(l_owner, kind="stable")
+    l_src, l_dst, l_owner = l_src[e_order], l_dst[e_order], l_owner[e_order]
+    e_counts = np.bincount(l_owner, minlength=num_clients)
+    return l_src, l_dst, np.concatenate([[0], np.cumsum(e_counts)])
+
+
+def _held_out_client(
+    data: Data, held_out: np.ndarray | None, src: np.ndarray, dst: np.ndarray, n: int
+) -> Data | None:
+    """FedLoG's new client: the induced subgraph of ``held_out`` (all test nodes), or ``None``."""
+    if held_out is None or not held_out.size:
+        return None
+    hid = np.sort(np.asarray(held_out, dtype=np.int64))
+    pos = np.full(n, -1, dtype=np.int64)
+    pos[hid] = np.arange(hid.size)
+    in_h = (pos[src] >= 0) & (pos[dst] >= 0)
+    gid = torch.from_numpy(hid)
+    return Data(
+        x=data.x[gid],
+        y=data.y[gid],
+        edge_index=torch.from_numpy(np.stack([pos[src[in_h]], pos[dst[in_h]]])),
+        global_id=gid,
+        train_mask=torch.zeros(hid.size, dtype=torch.bool),
+        val_mask=torch.zeros(hid.size, dtype=torch.bool),
+        test_mask=torch.ones(hid.size, dtype=torch.bool),
+        num_nodes=int(hid.size),
+    )
+
+
 def build_federated_graph(
     data: Data,
     node_owner: np.ndarray,
@@ -186,37 +260,10 @@ def build_federated_graph(
     local = (os_ == od) & (os_ >= 0)
     cross = (os_ != od) & (os_ >= 0) & (od >= 0)
     unowned = (os_ < 0) | (od < 0)
-
-    # local index of every node inside its client (ascending global ids)
-    order = np.argsort(owner, kind="stable")
-    counts = np.bincount(owner[owner >= 0], minlength=num_clients)
-    first_owned = int(np.searchsorted(owner[order], 0))
-    local_index = np.full(n, -1, dtype=np.int64)
-    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    owned_order = order[first_owned:]
-    local_index[owned_order] = np.arange(owned_order.size) - np.repeat(starts, counts)
-
-    l_src, l_dst = src[local], dst[local]
-    if injected is not None and injected.size:
-        l_src = np.concatenate([l_src, injected[0]])
-        l_dst = np.concatenate([l_dst, injected[1]])
-    l_owner = owner[l_src]
-    # sort by (client, local src, local dst): coalesced per client
-    if injected is not None and injected.size:
-        # sort by (client, local src, local dst) so every client's edge_index is coalesced
-        key = (l_owner * n + local_index[l_src]) * n + local_index[l_dst] if n < 2**20 else None
-        e_order = (
-            np.argsort(key, kind="stable")
-            if key is not None
-            else np.lexsort((local_index[l_dst], local_index[l_src], l_owner))
-        )
-    else:
-        # the source edge_index is coalesced (sorted by global src, dst) and local ids preserve the global order
-        # inside a client, so a stable sort by client alone keeps every client's edges sorted
-        e_order = np.argsort(l_owner, kind="stable")
-    l_src, l_dst, l_owner = l_src[e_order], l_dst[e_order], l_owner[e_order]
-    e_counts = np.bincount(l_owner, minlength=num_clients)
-    e_starts = np.concatenate([[0], np.cumsum(e_counts)])
+    local_index, owned_order, starts, counts = _local_indices(owner, n, num_clients)
+    l_src, l_dst, e_starts = _client_edges(
+        src[local], dst[local], owner, local_index, injected, n, num_clients
+    )
 
     x, y = data.x, data.y
     train, val, test = (torch.as_tensor(m) for m in masks)
@@ -237,41 +284,21 @@ def build_federated_graph(
         )
         clients.append(client)
 
-    held = None
-    if held_out is not None and held_out.size:
-        hid = np.sort(np.asarray(held_out, dtype=np.int64))
-        pos = np.full(n, -1, dtype=np.int64)
-        pos[hid] = np.arange(hid.size)
-        in_h = (pos[src] >= 0) & (pos[dst] >= 0)
-        gid = torch.from_numpy(hid)
-        held = Data(
-            x=x[gid],
-            y=y[gid],
-            edge_index=torch.from_numpy(np.stack([pos[src[in_h]], pos[dst[in_h]]])),
-            global_id=gid,
-            train_mask=torch.zeros(hid.size, dtype=torch.bool),
-            val_mask=torch.zeros(hid.size, dtype=torch.bool),
-            test_mask=torch.ones(hid.size, dtype=torch.bool),
-            num_nodes=int(hid.size),
-        )
-
-    def t(a: np.ndarray) -> torch.Tensor:
-        return torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64))
-
+    held = _held_out_client(data, held_out, src, dst, n)
     return FederatedGraph(
         name=str(getattr(data, "name", "graph")),
         num_nodes=n,
         num_features=int(x.shape[1]) if x is not None and x.dim() == 2 else 0,
         num_classes=int(getattr(data, "num_classes", int(y.max()) + 1)),
         clients=clients,
-        cross_edges=t(np.stack([src[cross], dst[cross]])),
-        cross_owners=t(np.stack([os_[cross], od[cross]])),
-        node_owner=t(owner),
+        cross_edges=_long(np.stack([src[cross], dst[cross]])),
+        cross_owners=_long(np.stack([os_[cross], od[cross]])),
+        node_owner=_long(owner),
         meta=dict(meta or {}),
-        injected_edges=t(injected)
+        injected_edges=_long(injected)
         if injected is not None and injected.size
         else torch.empty(2, 0, dtype=torch.long),
-        unowned_edges=t(np.stack([src[unowned], dst[unowned]])),
+        unowned_edges=_long(np.stack([src[unowned], dst[unowned]])),
         held_out=held,
         source=data,
     )

@@ -29,6 +29,7 @@ are drawn differently).
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -130,6 +131,81 @@ def stack_params(init: Mapping[str, Tensor] | Sequence[Mapping[str, Tensor]], k:
     return {n: torch.stack([p[n].detach() for p in init]) for n in init[0]}
 
 
+def _initial(init, stacked: bool, i: int | None) -> dict[str, Tensor]:
+    """Client ``i``'s starting parameters (detached); ``i=None``: the first (or shared) ones."""
+    if stacked:
+        return {n: v.detach() if i is None else v[i].detach() for n, v in init.items()}
+    if isinstance(init, Mapping):
+        return {n: v.detach() for n, v in init.items()}
+    return {n: v.detach() for n, v in init[0 if i is None else i].items()}
+
+
+def _batch_leaves(init, stacked: bool, perm: Tensor, perm_list: list[int], k: int) -> dict[str, Tensor]:
+    """The ``(k, ...)`` trainable leaves in batch order (rows ``perm`` of the clients' starting parameters)."""
+    if stacked:
+        leaves = {n: v.detach().index_select(0, perm) for n, v in init.items()}
+    elif isinstance(init, Mapping):
+        leaves = {n: v.detach().unsqueeze(0).repeat(k, *([1] * v.dim())) for n, v in init.items()}
+    else:
+        leaves = {n: torch.stack([init[i][n].detach() for i in perm_list]) for n in init[0]}
+    for v in leaves.values():
+        v.requires_grad_(True)
+    return leaves
+
+
+def _train_targets(batch: GraphBatch, k: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``(rows, owner, target, counts)``: the train rows of the union, their client and label, and the
+    number of train rows of each client."""
+    rows = batch.masks["train_mask"].nonzero().squeeze(1)
+    owner = batch.row_client[rows]
+    target = batch.y[rows]
+    counts = torch.bincount(owner, minlength=k).to(batch.x.dtype)
+    return rows, owner, target, counts
+
+
+def _run_epochs(
+    model, leaves, batch, opt, targets, k, prox_mu, center, generator, epochs: int, last: Tensor
+) -> Tensor:
+    """``epochs`` full-batch epochs; the per-client losses of the last one (``last`` if there is none)."""
+    rows, owner, target, counts = targets
+    sink = GradSink([v for v in leaves.values() if v.dim() >= 3])
+    batch.grad_sink = sink
+    try:
+        for _ in range(epochs):
+            last = _epoch(
+                model,
+                leaves,
+                batch,
+                opt,
+                sink,
+                rows,
+                owner,
+                target,
+                counts,
+                k,
+                prox_mu,
+                center,
+                generator,
+            )
+    finally:
+        batch.grad_sink = None
+    return last
+
+
+def _unbind(clients: Sequence[Client], leaves: dict[str, Tensor], perm: Tensor, init, stacked: bool):
+    """The trained leaves back in ``clients`` order; clients without train nodes get their initial rows."""
+    k = len(clients)
+    result = {}
+    for n, v in leaves.items():
+        full = torch.empty((k, *v.shape[1:]), dtype=v.dtype, device=v.device)
+        full.index_copy_(0, perm, v.detach())
+        for i in range(k):
+            if clients[i].num_train == 0:
+                full[i] = _initial(init, stacked, i)[n]
+        result[n] = full
+    return result
+
+
 def train_clients(
     model: torch.nn.Module,
     clients: Sequence[Client],
@@ -174,64 +250,28 @@ def train_clients(
     device = clients[0].device
     active = [i for i, c in enumerate(clients) if c.num_train > 0]
     losses = torch.full((k,), float("nan"), device=device)
-
-    def initial(i: int | None) -> dict[str, Tensor]:
-        if stacked:
-            return {n: v.detach() if i is None else v[i].detach() for n, v in init.items()}  # type: ignore[union-attr]
-        if isinstance(init, Mapping):
-            return {n: v.detach() for n, v in init.items()}
-        return {n: v.detach() for n, v in init[0 if i is None else i].items()}
-
     if not active:
+        initial = functools.partial(_initial, init, stacked)
         return TrainedClients([c.id for c in clients], _restack(initial, k, stacked, init), losses)
     sub = [clients[i] for i in active]
     batch = client_batch(sub)
     # Stacked leaves in batch order (largest client first), so every bucket is a contiguous slice.
     perm_list = [active[b] for b in batch.order]
     perm = torch.tensor(perm_list, device=device)
-    if stacked:
-        leaves = {n: v.detach().index_select(0, perm) for n, v in init.items()}  # type: ignore[union-attr]
-    elif isinstance(init, Mapping):
-        leaves = {n: v.detach().unsqueeze(0).repeat(len(sub), *([1] * v.dim())) for n, v in init.items()}
-    else:
-        leaves = {n: torch.stack([init[i][n].detach() for i in perm_list]) for n in init[0]}
-    for v in leaves.values():
-        v.requires_grad_(True)
+    leaves = _batch_leaves(init, stacked, perm, perm_list, len(sub))
     batch_ids = [clients[i].id for i in perm_list]
     store = _store(clients, state_key) if state_key is not None else None
     state = None
     if store is not None:
         state = store.gather(batch_ids, leaves, StackedOptimizer.names_for(leaves, optimizer, momentum))
     opt = StackedOptimizer(leaves, optimizer, lr, weight_decay, momentum, state=state)
-    rows = batch.masks["train_mask"].nonzero().squeeze(1)
-    owner = batch.row_client[rows]
-    target = batch.y[rows]
-    counts = torch.bincount(owner, minlength=len(sub)).to(batch.x.dtype)
+    targets = _train_targets(batch, len(sub))
     center = {n: v.detach() for n, v in (prox_center or {}).items()}
     if prox_mu > 0 and not center:
         raise ValueError("prox_mu > 0 needs prox_center")
-    last = losses
-    sink = GradSink([v for v in leaves.values() if v.dim() >= 3])
-    batch.grad_sink = sink
-    try:
-        for _ in range(epochs):
-            last = _epoch(
-                model,
-                leaves,
-                batch,
-                opt,
-                sink,
-                rows,
-                owner,
-                target,
-                counts,
-                len(sub),
-                prox_mu,
-                center,
-                generator,
-            )
-    finally:
-        batch.grad_sink = None
+    last = _run_epochs(
+        model, leaves, batch, opt, targets, len(sub), prox_mu, center, generator, epochs, losses
+    )
     if store is not None:
         store.scatter(batch_ids, *opt.state())
     del opt
@@ -241,16 +281,7 @@ def train_clients(
         ids = [clients[i].id for i in perm_list]
         skipped = [c.id for c in clients if c.num_train == 0]
         return TrainedClients(ids, {n: v.detach() for n, v in leaves.items()}, last.clone(), skipped)
-    else:
-        result = {}
-        for n, v in leaves.items():
-            full = torch.empty((k, *v.shape[1:]), dtype=v.dtype, device=v.device)
-            full.index_copy_(0, perm, v.detach())
-            for i in range(k):
-                if clients[i].num_train == 0:
-                    full[i] = initial(i)[n]
-            result[n] = full
-    return TrainedClients([c.id for c in clients], result, losses)
+    return TrainedClients([c.id for c in clients], _unbind(clients, leaves, perm, init, stacked), losses)
 
 
 def _epoch(

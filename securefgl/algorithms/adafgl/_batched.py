@@ -38,7 +38,9 @@ from securefgl.algorithms.adafgl.model import (
     LocalOutcome,
     LocalStepOptions,
     SmoothedFeatures,
+    _adam,
     _dropout,
+    _local_model,
 )
 from securefgl.errors import ConfigError, NonFiniteError
 
@@ -268,48 +270,44 @@ def _per_client_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return torch.where(cnt > 0, total / cnt.clamp_min(1), torch.zeros_like(total))
 
 
-def train_local_batched(
-    clients: Sequence[BatchClient],
-    opts: LocalStepOptions,
-    *,
-    num_classes: int,
-    generator: torch.Generator | None,
-) -> list[LocalOutcome]:
-    """Step 2 for every client together; same semantics as
-    :func:`~securefgl.algorithms.adafgl.model.train_local` per client.
+@dataclass
+class _Padded:
+    """The clients' step-2 inputs in the padded ``(K, n_max, .)`` layout, and which modules each trains."""
 
-    Raises:
-        ConfigError: clients disagree on the feature width, or a client needs the sparse message passing
-            (use the one-client path for those).
-        NonFiniteError: a client's loss became NaN/Inf (names the client and the epoch).
-    """
-    if not clients:
-        return []
+    y: torch.Tensor  # (K, n_max)
+    train: torch.Tensor  # (K, n_max) bool
+    val: torch.Tensor
+    test: torch.Tensor
+    p_hat: torch.Tensor  # (K, n_max, C)
+    target: torch.Tensor  # (K, n_max, C)
+    p0: torch.Tensor | None  # (K, n_max, n_max)
+    hcs: torch.Tensor  # (K,)
+    homo: torch.Tensor  # (K,) bool: the homophilous module is selected
+    use_ho: torch.Tensor  # (K,) weight of the homophilous module's loss
+    use_he: torch.Tensor  # (K,) weight of the heterophilous modules' losses
+
+
+def _check_clients(clients: Sequence[BatchClient], opts: LocalStepOptions) -> int:
+    """The common feature width ``F``; :class:`ConfigError` when the clients cannot be batched."""
     f = int(clients[0].x.size(1))
     if any(int(c.x.size(1)) != f for c in clients):
         raise ConfigError("batched AdaFGL step 2 needs the same feature width on every client")
     if opts.message_passing and any(c.p0 is None or c.p0.is_sparse for c in clients):
         raise ConfigError("batched AdaFGL step 2 needs dense message passing on every client")
+    return f
+
+
+def _stack_models(
+    clients: Sequence[BatchClient], opts: LocalStepOptions, f: int, num_classes: int
+) -> _Stacked:
+    """Each client's model, initialised as the one-client path does, stacked into ``(K, ...)`` leaves."""
     dev = clients[0].x.device
-    models = [
-        AdaFGLLocalModel(
-            f,
-            num_classes,
-            num_hops=opts.num_hops,
-            hidden=opts.hidden,
-            dropout=opts.dropout,
-            beta=opts.beta,
-            feature_embedding=opts.feature_embedding,
-            message_passing=opts.message_passing,
-            he_input=opts.he_input,
-            compat_c1_scaling=opts.compat_c1_scaling,
-            generator=c.init_generator,
-        ).to(dev)
-        for c in clients
-    ]
-    st = _Stacked(models, f, opts.num_hops)
-    del models
-    b = _Batch(clients, f)
+    models = [_local_model(f, num_classes, opts, c.init_generator).to(dev) for c in clients]
+    return _Stacked(models, f, opts.num_hops)
+
+
+def _pad_inputs(clients: Sequence[BatchClient], b: _Batch, opts: LocalStepOptions) -> _Padded:
+    dev = clients[0].x.device
     kk = len(clients)
     y = b.pad_list([c.y.long() for c in clients]).view(kk, b.n_max)
     train, val, test = (b.pad_list([c.masks[i] for c in clients]).view(kk, b.n_max) for i in range(3))
@@ -327,64 +325,63 @@ def train_local_batched(
     )
     use_ho = homo.float()
     use_he = (~homo).float() if opts.combine == "hard" else torch.ones(kk, device=dev)
-    params = list(st.params.values())
-    try:
-        optim = torch.optim.Adam(params, lr=opts.lr, weight_decay=opts.weight_decay, fused=True)
-    except (RuntimeError, TypeError):
-        optim = torch.optim.Adam(params, lr=opts.lr, weight_decay=opts.weight_decay)
-    valid_f = b.valid.float()
-    n_val = val.sum(dim=1)
+    return _Padded(y, train, val, test, p_hat, target, p0, hcs, homo, use_ho, use_he)
 
-    def knowledge(h: torch.Tensor) -> torch.Tensor:
-        sq = ((h - target) ** 2).sum(dim=2) * valid_f  # (K, n)
-        if opts.knowledge_loss == "mse":
-            return sq.sum(dim=1) / (b.counts * num_classes)
-        return sq.sum(dim=1).clamp_min(1e-12).sqrt()
 
-    def predict() -> torch.Tensor:
-        with torch.no_grad():
-            return _combine(_forward(st, b, p0, False, None), p_hat, hcs, homo, opts)
+def _knowledge(
+    h: torch.Tensor, pad: _Padded, b: _Batch, opts: LocalStepOptions, num_classes: int
+) -> torch.Tensor:
+    """Eq. (8) per client: ``(K,)``."""
+    sq = ((h - pad.target) ** 2).sum(dim=2) * b.valid.float()  # (K, n)
+    if opts.knowledge_loss == "mse":
+        return sq.sum(dim=1) / (b.counts * num_classes)
+    return sq.sum(dim=1).clamp_min(1e-12).sqrt()
 
-    best_probs = predict()
-    best_val = torch.full((kk,), -1.0, device=dev)
-    best_epoch = torch.zeros(kk, dtype=torch.long, device=dev)
-    histories: list[list[float]] = [[] for _ in clients]
-    for epoch in range(1, opts.epochs + 1):
-        optim.zero_grad()
-        out = _forward(st, b, p0, True, generator)
-        if opts.loss == "branches":
-            per_client = torch.zeros(kk, device=dev)
-            for name, logits in out.items():
-                ce = F.cross_entropy(logits.reshape(-1, num_classes), y.reshape(-1), reduction="none")
-                weight = use_ho if name == "ho" else use_he
-                per_client = per_client + weight * _per_client_mean(ce.view(kk, -1), train.float())
-        else:
-            mix = _combine(out, p_hat, hcs, homo, opts)
-            nll = -mix.clamp_min(1e-12).log().gather(2, y.unsqueeze(2)).squeeze(2)
-            per_client = _per_client_mean(nll, train.float())
-        if opts.knowledge_preserving:
-            per_client = per_client + use_ho * knowledge(out["ho"])
-        values = per_client.detach()
-        if not bool(torch.isfinite(values).all()):
-            bad = [clients[i].id for i in torch.nonzero(~torch.isfinite(values)).flatten().tolist()]
-            raise NonFiniteError(f"AdaFGL step 2: non-finite loss on client(s) {bad} at epoch {epoch}")
-        per_client.sum().backward()
-        optim.step()
-        probs = predict()
-        correct_val = ((probs.argmax(dim=2) == y) & val).sum(dim=1).float()
-        val_acc = torch.where(n_val > 0, correct_val / n_val.clamp_min(1), torch.zeros_like(correct_val))
-        for i, v in enumerate(val_acc.tolist()):
-            histories[i].append(v)
-        if opts.selection == "best_val":
-            better = (val_acc > best_val) | (n_val == 0)
-        else:
-            better = torch.ones(kk, dtype=torch.bool, device=dev)
-        best_val = torch.where(better, val_acc, best_val)
-        best_epoch = torch.where(better, torch.full_like(best_epoch, epoch), best_epoch)
-        best_probs = torch.where(better.view(-1, 1, 1), probs, best_probs)
+
+def _predict(st: _Stacked, b: _Batch, pad: _Padded, opts: LocalStepOptions) -> torch.Tensor:
+    with torch.no_grad():
+        return _combine(_forward(st, b, pad.p0, False, None), pad.p_hat, pad.hcs, pad.homo, opts)
+
+
+def _client_losses(
+    out: dict[str, torch.Tensor], pad: _Padded, b: _Batch, opts: LocalStepOptions, num_classes: int
+) -> torch.Tensor:
+    """Each client's eq. (14) loss, ``(K,)``: per-branch CE or mixture NLL, plus the knowledge term."""
+    kk = b.k
+    if opts.loss == "branches":
+        per_client = torch.zeros(kk, device=b.valid.device)
+        for name, logits in out.items():
+            ce = F.cross_entropy(logits.reshape(-1, num_classes), pad.y.reshape(-1), reduction="none")
+            weight = pad.use_ho if name == "ho" else pad.use_he
+            per_client = per_client + weight * _per_client_mean(ce.view(kk, -1), pad.train.float())
+    else:
+        mix = _combine(out, pad.p_hat, pad.hcs, pad.homo, opts)
+        nll = -mix.clamp_min(1e-12).log().gather(2, pad.y.unsqueeze(2)).squeeze(2)
+        per_client = _per_client_mean(nll, pad.train.float())
+    if opts.knowledge_preserving:
+        per_client = per_client + pad.use_ho * _knowledge(out["ho"], pad, b, opts, num_classes)
+    return per_client
+
+
+def _check_finite(per_client: torch.Tensor, clients: Sequence[BatchClient], epoch: int) -> None:
+    values = per_client.detach()
+    if not bool(torch.isfinite(values).all()):
+        bad = [clients[i].id for i in torch.nonzero(~torch.isfinite(values)).flatten().tolist()]
+        raise NonFiniteError(f"AdaFGL step 2: non-finite loss on client(s) {bad} at epoch {epoch}")
+
+
+def _outcomes(
+    b: _Batch,
+    pad: _Padded,
+    best_probs: torch.Tensor,
+    best_epoch: torch.Tensor,
+    histories: list[list[float]],
+) -> list[LocalOutcome]:
+    """Unpad the selected epoch of every client into its :class:`LocalOutcome`."""
     pred = best_probs.argmax(dim=2)
+    y, train, val, test = pad.y, pad.train, pad.val, pad.test
     outcomes = []
-    for i, _c in enumerate(clients):
+    for i in range(b.k):
         n = b.sizes[i]
         ok = pred[i, :n] == y[i, :n]
         outcomes.append(
@@ -401,3 +398,55 @@ def train_local_batched(
             )
         )
     return outcomes
+
+
+def train_local_batched(
+    clients: Sequence[BatchClient],
+    opts: LocalStepOptions,
+    *,
+    num_classes: int,
+    generator: torch.Generator | None,
+) -> list[LocalOutcome]:
+    """Step 2 for every client together; same semantics as
+    :func:`~securefgl.algorithms.adafgl.model.train_local` per client.
+
+    Raises:
+        ConfigError: clients disagree on the feature width, or a client needs the sparse message passing
+            (use the one-client path for those).
+        NonFiniteError: a client's loss became NaN/Inf (names the client and the epoch).
+    """
+    if not clients:
+        return []
+    f = _check_clients(clients, opts)
+    dev = clients[0].x.device
+    st = _stack_models(clients, opts, f, num_classes)
+    b = _Batch(clients, f)
+    pad = _pad_inputs(clients, b, opts)
+    kk = len(clients)
+    optim = _adam(list(st.params.values()), opts)
+    n_val = pad.val.sum(dim=1)
+
+    best_probs = _predict(st, b, pad, opts)
+    best_val = torch.full((kk,), -1.0, device=dev)
+    best_epoch = torch.zeros(kk, dtype=torch.long, device=dev)
+    histories: list[list[float]] = [[] for _ in clients]
+    for epoch in range(1, opts.epochs + 1):
+        optim.zero_grad()
+        out = _forward(st, b, pad.p0, True, generator)
+        per_client = _client_losses(out, pad, b, opts, num_classes)
+        _check_finite(per_client, clients, epoch)
+        per_client.sum().backward()
+        optim.step()
+        probs = _predict(st, b, pad, opts)
+        correct_val = ((probs.argmax(dim=2) == pad.y) & pad.val).sum(dim=1).float()
+        val_acc = torch.where(n_val > 0, correct_val / n_val.clamp_min(1), torch.zeros_like(correct_val))
+        for i, v in enumerate(val_acc.tolist()):
+            histories[i].append(v)
+        if opts.selection == "best_val":
+            better = (val_acc > best_val) | (n_val == 0)
+        else:
+            better = torch.ones(kk, dtype=torch.bool, device=dev)
+        best_val = torch.where(better, val_acc, best_val)
+        best_epoch = torch.where(better, torch.full_like(best_epoch, epoch), best_epoch)
+        best_probs = torch.where(better.view(-1, 1, 1), probs, best_probs)
+    return _outcomes(b, pad, best_probs, best_epoch, histories)

@@ -519,6 +519,91 @@ def _correct(pred: torch.Tensor, y: torch.Tensor, mask: torch.Tensor) -> int:
     return int((pred[mask] == y[mask]).sum())
 
 
+def _adam(params: list[torch.Tensor], opts: LocalStepOptions) -> torch.optim.Adam:
+    """Adam over ``params``; the fused kernel where available (several times faster on CPU for the large
+    first layers)."""
+    try:
+        return torch.optim.Adam(params, lr=opts.lr, weight_decay=opts.weight_decay, fused=True)
+    except (RuntimeError, TypeError):
+        return torch.optim.Adam(params, lr=opts.lr, weight_decay=opts.weight_decay)
+
+
+def _local_model(
+    num_features: int, num_classes: int, opts: LocalStepOptions, generator: torch.Generator
+) -> AdaFGLLocalModel:
+    """A fresh step-2 model of one client, initialised from ``generator``."""
+    return AdaFGLLocalModel(
+        num_features,
+        num_classes,
+        num_hops=opts.num_hops,
+        hidden=opts.hidden,
+        dropout=opts.dropout,
+        beta=opts.beta,
+        feature_embedding=opts.feature_embedding,
+        message_passing=opts.message_passing,
+        he_input=opts.he_input,
+        compat_c1_scaling=opts.compat_c1_scaling,
+        generator=generator,
+    )
+
+
+def _combine_local(
+    out: Mapping[str, torch.Tensor], p_hat: torch.Tensor, hcs: float, opts: LocalStepOptions
+) -> torch.Tensor:
+    return combine_predictions(
+        out,
+        p_hat,
+        hcs,
+        mode=opts.combine,
+        hard_threshold=opts.hard_threshold,
+        compat_double_softmax=opts.compat_double_softmax,
+    )
+
+
+def _knowledge_loss(h: torch.Tensor, target: torch.Tensor, opts: LocalStepOptions) -> torch.Tensor:
+    """Eq. (8): mean squared (``"mse"``) or Frobenius distance of ``h`` to the knowledge target."""
+    diff = h - target
+    return diff.pow(2).mean() if opts.knowledge_loss == "mse" else diff.pow(2).sum().clamp_min(1e-12).sqrt()
+
+
+def _local_loss(
+    out: Mapping[str, torch.Tensor],
+    y: torch.Tensor,
+    train_mask: torch.Tensor,
+    p_hat: torch.Tensor,
+    hcs: float,
+    opts: LocalStepOptions,
+) -> torch.Tensor:
+    """The supervised part of eq. (14) on the train nodes: per-branch CE, or the NLL of the mixture."""
+    if opts.loss == "branches":
+        return sum((_masked_ce(v, y, train_mask) for v in out.values()), torch.zeros((), device=y.device))
+    mix = _combine_local(out, p_hat, hcs, opts)
+    logp = mix.clamp_min(1e-12).log()
+    return F.nll_loss(logp[train_mask], y[train_mask]) if bool(train_mask.any()) else mix.sum() * 0.0
+
+
+def _local_outcome(
+    best_probs: torch.Tensor,
+    best_epoch: int,
+    y: torch.Tensor,
+    masks: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    history: list[float],
+) -> LocalOutcome:
+    train_mask, val_mask, test_mask = masks
+    pred = best_probs.argmax(dim=1)
+    return LocalOutcome(
+        probs=best_probs,
+        best_epoch=best_epoch,
+        val_correct=_correct(pred, y, val_mask),
+        val_total=int(val_mask.sum()),
+        test_correct=_correct(pred, y, test_mask),
+        test_total=int(test_mask.sum()),
+        train_correct=_correct(pred, y, train_mask),
+        train_total=int(train_mask.sum()),
+        history=history,
+    )
+
+
 def train_local(
     x: torch.Tensor,
     xs: SmoothedFeatures | torch.Tensor,
@@ -551,7 +636,7 @@ def train_local(
     Raises:
         NonFiniteError: a loss became NaN/Inf (names the client and the epoch).
     """
-    train_mask, val_mask, test_mask = masks
+    train_mask, val_mask, _ = masks
     device = x.device
     if init_generator is None:
         init_generator = cpu_generator(generator)
@@ -559,44 +644,16 @@ def train_local(
     if opts.combine == "hard":
         homo = hcs >= opts.hard_threshold
         hete = not homo
-    model = AdaFGLLocalModel(
-        x.size(1),
-        num_classes,
-        num_hops=opts.num_hops,
-        hidden=opts.hidden,
-        dropout=opts.dropout,
-        beta=opts.beta,
-        feature_embedding=opts.feature_embedding,
-        message_passing=opts.message_passing,
-        he_input=opts.he_input,
-        compat_c1_scaling=opts.compat_c1_scaling,
-        generator=init_generator,
-    ).to(device)
-    try:  # the fused kernel is several times faster on CPU for the large first layers
-        optim = torch.optim.Adam(model.parameters(), lr=opts.lr, weight_decay=opts.weight_decay, fused=True)
-    except (RuntimeError, TypeError):
-        optim = torch.optim.Adam(model.parameters(), lr=opts.lr, weight_decay=opts.weight_decay)
+    model = _local_model(x.size(1), num_classes, opts, init_generator).to(device)
+    optim = _adam(list(model.parameters()), opts)
     y = y.to(device).long()
     use_kp = opts.knowledge_preserving and homo
-
-    def knowledge(h: torch.Tensor) -> torch.Tensor:
-        diff = h - knowledge_target
-        return (
-            diff.pow(2).mean() if opts.knowledge_loss == "mse" else diff.pow(2).sum().clamp_min(1e-12).sqrt()
-        )
 
     def predict() -> torch.Tensor:
         model.eval()
         with torch.no_grad():
             out = model(x, xs, p0, homo=homo, hete=hete)
-        return combine_predictions(
-            out,
-            p_hat,
-            hcs,
-            mode=opts.combine,
-            hard_threshold=opts.hard_threshold,
-            compat_double_softmax=opts.compat_double_softmax,
-        )
+        return _combine_local(out, p_hat, hcs, opts)
 
     best_probs = predict()
     best_val = -1.0
@@ -607,21 +664,9 @@ def train_local(
         model.train()
         optim.zero_grad()
         out = model(x, xs, p0, generator=generator, homo=homo, hete=hete)
-        if opts.loss == "branches":
-            loss = sum((_masked_ce(v, y, train_mask) for v in out.values()), torch.zeros((), device=device))
-        else:
-            mix = combine_predictions(
-                out,
-                p_hat,
-                hcs,
-                mode=opts.combine,
-                hard_threshold=opts.hard_threshold,
-                compat_double_softmax=opts.compat_double_softmax,
-            )
-            logp = mix.clamp_min(1e-12).log()
-            loss = F.nll_loss(logp[train_mask], y[train_mask]) if bool(train_mask.any()) else mix.sum() * 0.0
+        loss = _local_loss(out, y, train_mask, p_hat, hcs, opts)
         if use_kp and "ho" in out:
-            loss = loss + knowledge(out["ho"])
+            loss = loss + _knowledge_loss(out["ho"], knowledge_target, opts)
         loss_value = float(loss.detach())
         if not math.isfinite(loss_value):
             raise NonFiniteError(
@@ -635,15 +680,4 @@ def train_local(
         history.append(val_acc)
         if opts.selection == "last" or val_acc > best_val or n_val == 0:
             best_val, best_epoch, best_probs = val_acc, epoch, probs
-    pred = best_probs.argmax(dim=1)
-    return LocalOutcome(
-        probs=best_probs,
-        best_epoch=best_epoch,
-        val_correct=_correct(pred, y, val_mask),
-        val_total=n_val,
-        test_correct=_correct(pred, y, test_mask),
-        test_total=int(test_mask.sum()),
-        train_correct=_correct(pred, y, train_mask),
-        train_total=int(train_mask.sum()),
-        history=history,
-    )
+    return _local_outcome(best_probs, best_epoch, y, masks, history)

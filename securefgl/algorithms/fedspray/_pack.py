@@ -200,6 +200,65 @@ def segment_matmul(h: Tensor, w: Tensor, segments: Sequence[tuple[int, int]]) ->
     return torch.cat([h[s:e] @ w[k] for k, (s, e) in enumerate(segments)], dim=0)
 
 
+def _check_sizes(clients: Sequence[Any]) -> tuple[list[int], int]:
+    """``(nodes per client, F)``; :class:`ConfigError` for a client without nodes, or mixed widths."""
+    sizes = [int(c.num_nodes) for c in clients]
+    for k, size in enumerate(sizes):
+        if size == 0:
+            raise ConfigError(
+                f"client at batch position {k} has no nodes; FedSpray needs a non-empty local graph"
+            )
+    widths = sorted({int(c.x.shape[1]) for c in clients})
+    if len(widths) != 1:
+        raise ConfigError(f"clients have features of different widths {widths}; expected one width")
+    return sizes, widths[0]
+
+
+def _cat_mask(clients: Sequence[Any], sizes: list[int], name: str, device: torch.device) -> Tensor:
+    """The clients' ``name`` masks concatenated (all false for a client without one)."""
+    parts = []
+    for c, size in zip(clients, sizes, strict=True):
+        m = getattr(c, name, None)
+        parts.append(torch.zeros(size, dtype=torch.bool, device=device) if m is None else m.to(device).bool())
+    return torch.cat(parts)
+
+
+def _adjacencies(
+    clients: Sequence[Any], offsets: list[int], n: int, device: torch.device, dtype: torch.dtype
+) -> tuple[_Sparse, _Sparse]:
+    """``(adj_mean, adj_gcn)`` of the union of the local graphs, edges as given (duplicates and self loops
+    count as in PyG's layers)."""
+    src = torch.cat(
+        [c.edge_index.to(device).long()[0] + off for c, off in zip(clients, offsets, strict=True)]
+    )
+    dst = torch.cat(
+        [c.edge_index.to(device).long()[1] + off for c, off in zip(clients, offsets, strict=True)]
+    )
+    ones = torch.ones(src.numel(), device=device)
+    # messages flow source -> target (PyG's default flow): row = target, column = source
+    deg_in = torch.zeros(n, device=device).index_add_(0, dst, ones)
+    adj_mean = _Sparse.build(dst, src, ones / deg_in[dst].clamp(min=1), (n, n))
+    from torch_geometric.nn.conv.gcn_conv import gcn_norm
+
+    ei, w = gcn_norm(torch.stack([src, dst]), None, n, add_self_loops=True, dtype=dtype)
+    return adj_mean, _Sparse.build(ei[1], ei[0], w, (n, n))
+
+
+def _sparse_features(
+    x: Tensor, batch: Tensor, k: int, sparse: bool | None
+) -> tuple[_Sparse | None, _Sparse | None]:
+    """``(x_shared, x_block)`` as sparse matrices, or ``(None, None)`` to multiply ``x`` densely."""
+    n, f = x.shape
+    nz = x.nonzero(as_tuple=True)
+    use_sparse = (nz[0].numel() < SPARSE_DENSITY * x.numel()) if sparse is None else sparse
+    if not use_sparse:
+        return None, None
+    vals = x[nz]
+    x_shared = _Sparse.build(nz[0], nz[1], vals, (n, f))
+    x_block = _Sparse.build(nz[0], nz[1] + batch[nz[0]] * f, vals, (n, k * f))
+    return x_shared, x_block
+
+
 def pack_clients(
     clients: Sequence[Any],
     *,
@@ -223,16 +282,7 @@ def pack_clients(
     if not clients:
         raise ConfigError("FedSpray needs at least one client in a batch, got none")
     device = torch.device(device) if device is not None else clients[0].x.device
-    sizes = [int(c.num_nodes) for c in clients]
-    for k, size in enumerate(sizes):
-        if size == 0:
-            raise ConfigError(
-                f"client at batch position {k} has no nodes; FedSpray needs a non-empty local graph"
-            )
-    widths = sorted({int(c.x.shape[1]) for c in clients})
-    if len(widths) != 1:
-        raise ConfigError(f"clients have features of different widths {widths}; expected one width")
-    f = widths[0]
+    sizes, f = _check_sizes(clients)
     k_clients = len(clients)
     ptr = torch.tensor([0, *torch.tensor(sizes).cumsum(0).tolist()], device=device)
     n = int(ptr[-1])
@@ -245,40 +295,9 @@ def pack_clients(
         raise ConfigError(
             f"labels must lie in [0, {num_classes}), got min {int(y.min())}, max {int(y.max())}"
         )
-
-    def mask(name: str) -> Tensor:
-        parts = []
-        for c, size in zip(clients, sizes, strict=True):
-            m = getattr(c, name, None)
-            parts.append(
-                torch.zeros(size, dtype=torch.bool, device=device) if m is None else m.to(device).bool()
-            )
-        return torch.cat(parts)
-
-    train, val, test = mask("train_mask"), mask("val_mask"), mask("test_mask")
-    # the union of the local graphs, edges as given (duplicates and self loops count as in PyG's layers)
-    src = torch.cat(
-        [c.edge_index.to(device).long()[0] + off for c, off in zip(clients, ptr[:-1].tolist(), strict=True)]
-    )
-    dst = torch.cat(
-        [c.edge_index.to(device).long()[1] + off for c, off in zip(clients, ptr[:-1].tolist(), strict=True)]
-    )
-    ones = torch.ones(src.numel(), device=device)
-    # messages flow source -> target (PyG's default flow): row = target, column = source
-    deg_in = torch.zeros(n, device=device).index_add_(0, dst, ones)
-    adj_mean = _Sparse.build(dst, src, ones / deg_in[dst].clamp(min=1), (n, n))
-    from torch_geometric.nn.conv.gcn_conv import gcn_norm
-
-    ei, w = gcn_norm(torch.stack([src, dst]), None, n, add_self_loops=True, dtype=x.dtype)
-    adj_gcn = _Sparse.build(ei[1], ei[0], w, (n, n))
-
-    nz = x.nonzero(as_tuple=True)
-    use_sparse = (nz[0].numel() < SPARSE_DENSITY * x.numel()) if sparse is None else sparse
-    x_shared = x_block = None
-    if use_sparse:
-        vals = x[nz]
-        x_shared = _Sparse.build(nz[0], nz[1], vals, (n, f))
-        x_block = _Sparse.build(nz[0], nz[1] + batch[nz[0]] * f, vals, (n, k_clients * f))
+    train, val, test = (_cat_mask(clients, sizes, m, device) for m in ("train_mask", "val_mask", "test_mask"))
+    adj_mean, adj_gcn = _adjacencies(clients, ptr[:-1].tolist(), n, device, x.dtype)
+    x_shared, x_block = _sparse_features(x, batch, k_clients, sparse)
     counts = torch.zeros(k_clients, num_classes, device=device)
     counts.index_put_((batch[train], y[train]), torch.ones(int(train.sum()), device=device), accumulate=True)
     num_train = counts.sum(1).long()

@@ -363,6 +363,138 @@ class PseudoGraph:
         return hashlib.sha256(self.to_bytes()).hexdigest()
 
 
+@dataclass
+class _Targets:
+    """What the pseudo nodes are aligned to: the released classes with ``n'_c > 0`` and their moments."""
+
+    classes: list[int]
+    avg: Tensor  # (C', n') row j: 1/n'_c on the pseudo nodes of class classes[j]
+    mean: Tensor  # (C', D)
+    second: Tensor  # (C', D) std or var, per ``align_moment``
+    weight: Tensor  # (C',) lambda_c
+    multi: list[tuple[int, Tensor]]  # (j, node ids) of the classes with more than one pseudo node
+
+
+def _generation_sizes(
+    moments: ClassMoments, num_features: int, config: PseudoGraphConfig
+) -> tuple[Tensor, int]:
+    """``(n'_c per class, n')``, after checking the moment width and that some class is released."""
+    d = moments.mean.size(1)
+    if d != (config.hops + 1) * num_features:
+        raise ConfigError(
+            f"moment width {d} != (hops + 1) * num_features = {(config.hops + 1) * num_features}; "
+            "clients and server must use the same hops"
+        )
+    sizes = pseudo_graph_sizes(moments, config)
+    n = int(sizes.sum())
+    if n == 0 or not bool(moments.released.any()):
+        raise TrainingError(
+            "pseudo-graph of size zero: no class statistic was released "
+            f"(withheld by the release rule: {list(moments.withheld)}, absent everywhere: {list(moments.absent)})"
+        )
+    return sizes, n
+
+
+def _alignment_targets(
+    moments: ClassMoments, sizes: Tensor, labels: Tensor, config: PseudoGraphConfig, dev: torch.device
+) -> _Targets:
+    n = int(labels.numel())
+    target = moments.std if config.align_moment == "std" else moments.var
+    cls_list = [c for c in moments.released_classes if int(sizes[c]) > 0]
+    avg = torch.zeros(len(cls_list), n)
+    for j, c in enumerate(cls_list):
+        avg[j, labels == c] = 1.0 / float(sizes[c])
+    multi = [
+        (j, torch.nonzero(labels == c).flatten().to(dev)) for j, c in enumerate(cls_list) if int(sizes[c]) > 1
+    ]
+    return _Targets(
+        classes=cls_list,
+        avg=avg.to(dev),
+        mean=moments.mean[cls_list].to(dev, torch.float32),
+        second=target[cls_list].to(dev, torch.float32),
+        weight=moments.weight[cls_list].to(dev, torch.float32),
+        multi=multi,
+    )
+
+
+def _generation_losses(
+    predictor: LinkPredictor, x: Tensor, tg: _Targets, config: PseudoGraphConfig
+) -> tuple[Tensor, Tensor, Tensor]:
+    """``(total, alignment, smoothness)`` of the current pseudo-graph."""
+    p = _edge_probabilities(predictor, x)
+    adj = _threshold(p, config.threshold, config.binary_edges)
+    xp = _dense_propagate(x, adj, config.hops)
+    per_class = (tg.avg @ xp - tg.mean).pow(2).mean(dim=1)
+    align = (tg.weight * per_class).sum()
+    for j, idx in tg.multi:
+        rows = xp[idx]
+        second = rows.std(dim=0) if config.align_moment == "std" else rows.var(dim=0)
+        align = align + tg.weight[j] * (second - tg.second[j]).pow(2).mean()
+    smt = _smoothness(x, adj, config.smoothness)
+    return config.align_weight * align + config.smooth_weight * smt, align, smt
+
+
+def _optimise(predictor: LinkPredictor, x: Tensor, tg: _Targets, config: PseudoGraphConfig) -> float:
+    """The alternating schedule of ``θ`` and ``X'`` steps, in place; the alignment loss at iteration 0."""
+    opt_x = _adam([x], config.lr_feat)
+    opt_t = _adam(list(predictor.parameters()), config.lr_adj)
+    theta = [p for p in predictor.parameters()]
+    first_align = float("nan")
+    for i in range(config.loops):
+        # Only the optimiser that steps at iteration i needs its gradient: computing just that one is
+        # the same update as computing both and zeroing both (the other optimiser does not step).
+        adj_step = i % config.period < config.adj_steps
+        wrt = theta if adj_step else [x]
+        loss, align, _ = _generation_losses(predictor, x, tg, config)
+        if not torch.isfinite(loss):
+            raise NonFiniteError(f"pseudo-graph loss became non-finite at iteration {i}")
+        grads = torch.autograd.grad(loss, wrt, allow_unused=True) if loss.requires_grad else [None] * len(wrt)
+        for param, grad in zip(wrt, grads, strict=True):
+            param.grad = grad
+        (opt_t if adj_step else opt_x).step()
+        if i == 0:
+            first_align = float(align.detach())
+    return first_align
+
+
+def _final_pseudo_graph(
+    predictor: LinkPredictor,
+    x: Tensor,
+    labels: Tensor,
+    tg: _Targets,
+    config: PseudoGraphConfig,
+    num_classes: int,
+    model_seed: int,
+    first_align: float,
+) -> PseudoGraph:
+    """Threshold the optimised edge probabilities into the graph to broadcast, with diagnostics."""
+    with torch.no_grad():
+        p = _edge_probabilities(predictor, x)
+        adj = _threshold(p, config.threshold, config.binary_edges)
+        _, final_align, final_smt = _generation_losses(predictor, x, tg, config)
+        row, col = torch.nonzero(adj > 0, as_tuple=True)
+        weight = adj[row, col]
+        x_out = x.detach()
+        if not torch.isfinite(x_out).all():
+            raise NonFiniteError("pseudo-graph features became non-finite")
+    return PseudoGraph(
+        x=x_out.cpu().float(),
+        edge_index=torch.stack([row, col]).cpu().long(),
+        edge_weight=weight.cpu().float(),
+        y=labels.cpu(),
+        num_classes=num_classes,
+        model_seed=int(model_seed),
+        info={
+            "nodes": int(labels.numel()),
+            "edges": int(row.numel()),
+            "align_loss_first": first_align,
+            "align_loss_last": float(final_align),
+            "smoothness_last": float(final_smt),
+            "classes": tg.classes,
+        },
+    )
+
+
 def generate_pseudo_graph(
     moments: ClassMoments,
     num_features: int,
@@ -397,95 +529,16 @@ def generate_pseudo_graph(
     Raises:
         TrainingError: no class is released (a pseudo-graph of size zero).
     """
-    d = moments.mean.size(1)
-    if d != (config.hops + 1) * num_features:
-        raise ConfigError(
-            f"moment width {d} != (hops + 1) * num_features = {(config.hops + 1) * num_features}; "
-            "clients and server must use the same hops"
-        )
-    sizes = pseudo_graph_sizes(moments, config)
-    n = int(sizes.sum())
-    if n == 0 or not bool(moments.released.any()):
-        raise TrainingError(
-            "pseudo-graph of size zero: no class statistic was released "
-            f"(withheld by the release rule: {list(moments.withheld)}, absent everywhere: {list(moments.absent)})"
-        )
+    sizes, n = _generation_sizes(moments, num_features, config)
     dev = torch.device(device)
     gen = torch.Generator().manual_seed(int(seed))
     labels = torch.repeat_interleave(torch.arange(moments.num_classes), sizes)
     x = torch.randn(n, num_features, generator=gen).to(dev).requires_grad_(True)
     predictor = LinkPredictor(num_features, config.hidden, gen).to(dev).train()
-    opt_x = _adam([x], config.lr_feat)
-    opt_t = _adam(list(predictor.parameters()), config.lr_adj)
-
-    target = moments.std if config.align_moment == "std" else moments.var
-    cls_list = [c for c in moments.released_classes if int(sizes[c]) > 0]
-    # Averaging matrix: row j is 1/n'_c on the pseudo nodes of class cls_list[j].
-    avg = torch.zeros(len(cls_list), n)
-    for j, c in enumerate(cls_list):
-        avg[j, labels == c] = 1.0 / float(sizes[c])
-    avg = avg.to(dev)
-    mu_t = moments.mean[cls_list].to(dev, torch.float32)
-    sd_t = target[cls_list].to(dev, torch.float32)
-    lam = moments.weight[cls_list].to(dev, torch.float32)
-    multi = [
-        (j, torch.nonzero(labels == c).flatten().to(dev)) for j, c in enumerate(cls_list) if int(sizes[c]) > 1
-    ]
-
-    def losses() -> tuple[Tensor, Tensor, Tensor]:
-        p = _edge_probabilities(predictor, x)
-        adj = _threshold(p, config.threshold, config.binary_edges)
-        xp = _dense_propagate(x, adj, config.hops)
-        per_class = (avg @ xp - mu_t).pow(2).mean(dim=1)
-        align = (lam * per_class).sum()
-        for j, idx in multi:
-            rows = xp[idx]
-            second = rows.std(dim=0) if config.align_moment == "std" else rows.var(dim=0)
-            align = align + lam[j] * (second - sd_t[j]).pow(2).mean()
-        smt = _smoothness(x, adj, config.smoothness)
-        return config.align_weight * align + config.smooth_weight * smt, align, smt
-
-    theta = [p for p in predictor.parameters()]
-    first_align = float("nan")
-    for i in range(config.loops):
-        # Only the optimiser that steps at iteration i needs its gradient: computing just that one is
-        # the same update as computing both and zeroing both (the other optimiser does not step).
-        adj_step = i % config.period < config.adj_steps
-        wrt = theta if adj_step else [x]
-        loss, align, _ = losses()
-        if not torch.isfinite(loss):
-            raise NonFiniteError(f"pseudo-graph loss became non-finite at iteration {i}")
-        grads = torch.autograd.grad(loss, wrt, allow_unused=True) if loss.requires_grad else [None] * len(wrt)
-        for param, grad in zip(wrt, grads, strict=True):
-            param.grad = grad
-        (opt_t if adj_step else opt_x).step()
-        if i == 0:
-            first_align = float(align.detach())
-
-    with torch.no_grad():
-        p = _edge_probabilities(predictor, x)
-        adj = _threshold(p, config.threshold, config.binary_edges)
-        _, final_align, final_smt = losses()
-        row, col = torch.nonzero(adj > 0, as_tuple=True)
-        weight = adj[row, col]
-        x_out = x.detach()
-        if not torch.isfinite(x_out).all():
-            raise NonFiniteError("pseudo-graph features became non-finite")
-    return PseudoGraph(
-        x=x_out.cpu().float(),
-        edge_index=torch.stack([row, col]).cpu().long(),
-        edge_weight=weight.cpu().float(),
-        y=labels.cpu(),
-        num_classes=moments.num_classes,
-        model_seed=int(model_seed),
-        info={
-            "nodes": n,
-            "edges": int(row.numel()),
-            "align_loss_first": first_align,
-            "align_loss_last": float(final_align),
-            "smoothness_last": float(final_smt),
-            "classes": cls_list,
-        },
+    targets = _alignment_targets(moments, sizes, labels, config, dev)
+    first_align = _optimise(predictor, x, targets, config)
+    return _final_pseudo_graph(
+        predictor, x, labels, targets, config, moments.num_classes, model_seed, first_align
     )
 
 
