@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -115,6 +117,16 @@ def test_fedavg_finetune_adds_a_local_phase():
     assert [r.phase for r in s.rounds] == ["train", "train", "finetune"]
     assert s.final.phase == "finetune"
     assert s.rounds[-1].total_up == 0
+
+
+def test_fedprox_finetune_keeps_its_proximal_term_towards_the_global_model():
+    """Fine-tuning under FedProx pulls towards the last global model (it used to fail without a centre)."""
+    run = {"train": {"rounds": 2}}
+    loose = _csbm_run(algorithm={"name": "fedprox", "options": {"mu": 0.01, "finetune_epochs": 5}}, **run)
+    tight = _csbm_run(algorithm={"name": "fedprox", "options": {"mu": 100.0, "finetune_epochs": 5}}, **run)
+    assert [r.phase for r in loose.rounds] == ["train", "train", "finetune"]
+    assert loose.final.phase == "finetune" and math.isfinite(loose.rounds[-1].loss)
+    assert loose.rounds[-1].loss != tight.rounds[-1].loss
 
 
 def test_local_models_differ_per_client():

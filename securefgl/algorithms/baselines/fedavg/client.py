@@ -122,7 +122,8 @@ class FedAvgClient:
 
     def personalize_clients(self, clients: Sequence[Client], broadcast: Broadcast, phase: Phase) -> None:
         glob = {n: v.to(clients[0].device) for n, v in broadcast.items()}
-        res = self._train(clients, glob, self.options.finetune_epochs, None, f"{self.name}.finetune")
+        center = glob if self.prox_mu() > 0 else None  # FedProx fine-tunes near the global model too
+        res = self._train(clients, glob, self.options.finetune_epochs, center, f"{self.name}.finetune")
         clients[0].workspace["fedavg_personal"] = (tuple(c.id for c in clients), res.params)
 
     # ------------------------------------------------------------------ evaluation -------------------------
