@@ -16,13 +16,20 @@ maps batch positions to the caller's graph indices), and each bucket is a contig
 so no parameter is ever copied per client. The bucket boundaries are chosen by a small dynamic program
 that trades padding rows against the number of ``bmm`` calls.
 
+The ``packed`` layout keeps the caller's order and pads nothing (client ``k`` owns rows
+``segments()[k]``, one bucket per client): the layout of algorithms whose per-client state is indexed by
+node (FedSpray's per-node proxies), whose per-client weights are multiplied through the block-diagonal
+feature matrix (:meth:`GraphBatch.features`) or by :meth:`GraphBatch.segment_matmul`.
+
+Every sparse product goes through :class:`~securefgl.training.sparse.SparseOperator`; one client alone
+is a batch of one, so a deployment's client runs exactly the code the simulation runs.
+
 Shapes:
     ``P`` padded rows (``>= sum_k N_k``), ``K`` clients, ``F`` features.
 """
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,7 +37,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["GradSink", "GraphBatch", "SparseOperator", "plan_buckets"]
+from securefgl.training.sparse import SparseOperator
+
+__all__ = ["SPARSE_DENSITY", "Features", "GradSink", "GraphBatch", "SparseOperator", "plan_buckets"]
+
+#: Feature matrices sparser than this are multiplied as sparse matrices (:meth:`GraphBatch.features`).
+SPARSE_DENSITY = 0.2
 
 
 def plan_buckets(sizes: Sequence[int], overhead: float) -> list[tuple[int, int]]:
@@ -63,7 +75,7 @@ def plan_buckets(sizes: Sequence[int], overhead: float) -> list[tuple[int, int]]
 
 @dataclass(eq=False)
 class GraphBatch:
-    """The padded disjoint union of K graphs (see the module docstring).
+    """The disjoint union of K graphs as padded blocks of rows (see the module docstring).
 
     Build with :meth:`from_graphs`. Attributes are tensors on one device.
 
@@ -79,6 +91,7 @@ class GraphBatch:
         rows: ``(sum_k N_k,)`` padded row of every real node, batch position by batch position.
         row_client: ``(P,)`` batch position owning each padded row.
         masks: ``name -> (P,)`` boolean masks (train/val/test), false on padding rows.
+        packed: The ``packed`` layout (caller's order, no padding rows).
     """
 
     order: list[int]
@@ -91,6 +104,7 @@ class GraphBatch:
     rows: Tensor
     row_client: Tensor
     masks: dict[str, Tensor]
+    packed: bool = False
     _cache: dict[Any, Any] = field(default_factory=dict, repr=False)
     grad_sink: GradSink | None = field(default=None, repr=False)
 
@@ -107,6 +121,7 @@ class GraphBatch:
         cls,
         graphs: Sequence[Any],
         *,
+        layout: str = "bucketed",
         mask_names: Sequence[str] = ("train_mask", "val_mask", "test_mask"),
         bucket_overhead: float | None = None,
     ) -> GraphBatch:
@@ -114,37 +129,38 @@ class GraphBatch:
 
         Args:
             graphs: The client graphs (all on one device, same feature width).
-            mask_names: Boolean node masks to carry over when present.
+            layout: ``"bucketed"`` (largest first, padded into buckets for ``bmm``) or ``"packed"``
+                (caller's order, no padding).
+            mask_names: Boolean node masks to carry over where present (false for a graph without one).
             bucket_overhead: Cost of one more bucket in padded rows (default: 2% of all nodes + 32).
+
+        Raises:
+            ValueError: No graph, an unknown layout, or graphs with different feature widths.
         """
         if not graphs:
             raise ValueError("GraphBatch needs at least one graph")
+        if layout not in ("bucketed", "packed"):
+            raise ValueError(f"unknown layout {layout!r}; valid: 'bucketed', 'packed'")
+        widths = sorted({int(g.x.size(1)) for g in graphs})
+        if len(widths) != 1:
+            raise ValueError(f"graphs have features of different widths {widths}; expected one width")
         num_nodes = [int(g.num_nodes) for g in graphs]
-        order = sorted(range(len(graphs)), key=lambda i: (-num_nodes[i], i))
+        if layout == "packed":
+            order = list(range(len(graphs)))
+            buckets, starts = _packed_buckets(num_nodes)
+        else:
+            order = sorted(range(len(graphs)), key=lambda i: (-num_nodes[i], i))
+            total = sum(num_nodes)
+            overhead = 0.02 * total + 32 if bucket_overhead is None else float(bucket_overhead)
+            buckets, starts = _padded_buckets([num_nodes[i] for i in order], overhead)
         sizes = [num_nodes[i] for i in order]
-        total = sum(sizes)
-        overhead = 0.02 * total + 32 if bucket_overhead is None else float(bucket_overhead)
-        spans = plan_buckets(sizes, overhead)
+        num_rows = sum((e - s) * pad for s, e, pad, _ in buckets)
         device = graphs[0].x.device
-        feat = graphs[0].x.size(1)
-        buckets = []
-        offset = 0
-        starts = [0] * len(order)
-        for s, e in spans:
-            pad = max(sizes[s], 1)
-            buckets.append((s, e, pad, offset))
-            for b in range(s, e):
-                starts[b] = offset + (b - s) * pad
-            offset += (e - s) * pad
-        num_rows = offset
-        x = torch.zeros(num_rows, feat, dtype=graphs[0].x.dtype, device=device)
+        x = torch.zeros(num_rows, widths[0], dtype=graphs[0].x.dtype, device=device)
         y = torch.full((num_rows,), -1, dtype=torch.long, device=device)
         row_client = torch.empty(num_rows, dtype=torch.long, device=device)
-        masks = {
-            m: torch.zeros(num_rows, dtype=torch.bool, device=device)
-            for m in mask_names
-            if hasattr(graphs[0], m)
-        }
+        present = [m for m in mask_names if any(getattr(g, m, None) is not None for g in graphs)]
+        masks = {m: torch.zeros(num_rows, dtype=torch.bool, device=device) for m in present}
         rows, edges = [], []
         for s, e, pad, off in buckets:
             row_client[off : off + (e - s) * pad] = torch.arange(s, e, device=device).repeat_interleave(pad)
@@ -154,11 +170,12 @@ class GraphBatch:
             start = starts[b]
             x[start : start + n] = g.x
             if getattr(g, "y", None) is not None:
-                y[start : start + n] = g.y
+                y[start : start + n] = g.y.reshape(-1)
             for m in masks:
-                masks[m][start : start + n] = getattr(g, m)
+                if getattr(g, m, None) is not None:
+                    masks[m][start : start + n] = getattr(g, m)
             rows.append(torch.arange(start, start + n, device=device))
-            edges.append(g.edge_index + start)
+            edges.append(g.edge_index.long() + start)
         return cls(
             order=order,
             sizes=sizes,
@@ -170,7 +187,17 @@ class GraphBatch:
             rows=torch.cat(rows),
             row_client=row_client,
             masks=masks,
+            packed=layout == "packed",
         )
+
+    def segments(self) -> list[tuple[int, int]]:
+        """``(first, end)`` real rows of every batch position (contiguous in both layouts)."""
+        return self.cached("segments", lambda: _segments(self.buckets, self.sizes))
+
+    def client_sum(self, values: Tensor) -> Tensor:
+        """Per batch position, the sum of a per-row quantity: ``(P, ...) -> (K, ...)`` (padding rows must be 0)."""
+        out = torch.zeros((self.num_graphs, *values.shape[1:]), dtype=values.dtype, device=values.device)
+        return out.index_add_(0, self.row_client, values)
 
     # ---------------------------------------------------------------- cached operators ------------------
 
@@ -187,7 +214,7 @@ class GraphBatch:
             from torch_geometric.nn.conv.gcn_conv import gcn_norm
 
             ei, w = gcn_norm(self.edge_index, None, self.num_rows, add_self_loops=True, dtype=self.x.dtype)
-            return SparseOperator(ei, w, self.num_rows)
+            return SparseOperator.from_edges(ei, w, self.num_rows)
 
         return self.cached("gcn", make)
 
@@ -199,7 +226,7 @@ class GraphBatch:
             deg = torch.zeros(self.num_rows, dtype=self.x.dtype, device=self.device)
             deg.index_add_(0, dst, torch.ones_like(dst, dtype=self.x.dtype))
             w = 1.0 / deg.clamp(min=1.0)[dst]
-            return SparseOperator(self.edge_index, w, self.num_rows)
+            return SparseOperator.from_edges(self.edge_index, w, self.num_rows)
 
         return self.cached("mean", make)
 
@@ -262,6 +289,121 @@ class GraphBatch:
             res[gi] = real[pos : pos + self.sizes[b]]
             pos += self.sizes[b]
         return res
+
+    # ---------------------------------------------------------------- feature views (packed layout) -----
+
+    def sparse_features(
+        self, sparse: bool | None = None
+    ) -> tuple[SparseOperator | None, SparseOperator | None]:
+        r"""``(shared, block)`` sparse forms of ``x``, or ``(None, None)`` to multiply it densely (cached).
+
+        ``shared`` is ``x`` itself (products with one weight for all clients); ``block`` is the
+        block-diagonal :math:`\mathrm{blockdiag}(X_1, \dots, X_K) \in R^{P \times KF}`, whose product
+        with the stacked per-client weights reshaped to :math:`(KF, H)` is every client's ``X_k W_k`` at
+        once. Their entries are in the same order. ``sparse=None`` decides from the density (below
+        :data:`SPARSE_DENSITY`).
+        """
+
+        def make() -> tuple[SparseOperator | None, SparseOperator | None]:
+            n, f = self.x.shape
+            nz = self.x.nonzero(as_tuple=True)
+            use = (nz[0].numel() < SPARSE_DENSITY * self.x.numel()) if sparse is None else sparse
+            if not use:
+                return None, None
+            vals = self.x[nz]
+            shared = SparseOperator.build(nz[0], nz[1], vals, (n, f))
+            block_col = nz[1] + self.row_client[nz[0]] * f
+            return shared, SparseOperator.build(nz[0], block_col, vals, (n, self.num_graphs * f))
+
+        return self.cached(("sparse_features", sparse), make)
+
+    def features(self, p: float = 0.0, generator: torch.Generator | None = None) -> Features:
+        """The input features ready for linear maps, with inverted dropout of rate ``p`` on their entries."""
+        shared, block = self.sparse_features()
+        if p == 0.0:
+            return Features(self, self.x, shared, block)
+        if shared is None or block is None:
+            keep = torch.empty_like(self.x).bernoulli_(1.0 - p, generator=generator)
+            return Features(self, self.x * keep / (1.0 - p), None, None)
+        vals = shared.values()
+        keep = torch.empty_like(vals).bernoulli_(1.0 - p, generator=generator)
+        vals = vals * keep / (1.0 - p)
+        return Features(self, None, shared.with_values(vals), block.with_values(vals))
+
+    def propagated(self, hops: int) -> Tensor:
+        r""":math:`\hat A^{K} X` (cached, no gradient): SGC's propagated features."""
+
+        def make() -> Tensor:
+            with torch.no_grad():
+                z = self.x
+                for _ in range(hops):
+                    z = self.gcn_operator() @ z
+                return z
+
+        return self.cached(("propagated", hops), make)
+
+    def segment_matmul(self, h: Tensor, w: Tensor) -> Tensor:
+        """Per-client products ``h[rows of k] @ w[k]`` with ``w`` in ``(K, in, out)`` layout: ``(P, out)``.
+
+        Raises:
+            ValueError: The batch is not in the ``packed`` layout (padding rows would be dropped).
+        """
+        if not self.packed:
+            raise ValueError("segment_matmul needs the 'packed' layout; use linear() on a bucketed batch")
+        return torch.cat([h[s:e] @ w[k] for k, (s, e) in enumerate(self.segments())], dim=0)
+
+
+def _packed_buckets(sizes: Sequence[int]) -> tuple[list[tuple[int, int, int, int]], list[int]]:
+    """One unpadded bucket per graph, in order: ``(buckets, first row of every graph)``."""
+    buckets, starts, offset = [], [], 0
+    for b, n in enumerate(sizes):
+        buckets.append((b, b + 1, n, offset))
+        starts.append(offset)
+        offset += n
+    return buckets, starts
+
+
+def _padded_buckets(
+    sizes: Sequence[int], overhead: float
+) -> tuple[list[tuple[int, int, int, int]], list[int]]:
+    """Buckets of :func:`plan_buckets` over sizes sorted largest first: ``(buckets, first row of every graph)``."""
+    buckets, starts, offset = [], [0] * len(sizes), 0
+    for s, e in plan_buckets(sizes, overhead):
+        pad = max(sizes[s], 1)
+        buckets.append((s, e, pad, offset))
+        for b in range(s, e):
+            starts[b] = offset + (b - s) * pad
+        offset += (e - s) * pad
+    return buckets, starts
+
+
+def _segments(buckets: Sequence[tuple[int, int, int, int]], sizes: Sequence[int]) -> list[tuple[int, int]]:
+    out = []
+    for s, e, pad, off in buckets:
+        for b in range(s, e):
+            start = off + (b - s) * pad
+            out.append((start, start + sizes[b]))
+    return out
+
+
+@dataclass
+class Features:
+    """Input features of a :class:`GraphBatch` (possibly after dropout), ready for linear maps."""
+
+    batch: GraphBatch
+    dense: Tensor | None
+    shared: SparseOperator | None
+    block: SparseOperator | None
+
+    def linear(self, w: Tensor) -> Tensor:
+        """``X_k W`` for every client: shared ``W (F, H)`` or per-client ``W (K, F, H)`` -> ``(P, H)``."""
+        if w.dim() == 2:
+            return self.shared @ w if self.shared is not None else self.dense @ w  # type: ignore[operator]
+        if self.block is not None:
+            return self.block @ w.reshape(-1, w.shape[-1])
+        if self.dense is None:  # pragma: no cover - one of the two representations always exists
+            raise ValueError("Features hold neither a dense nor a sparse representation")
+        return self.batch.segment_matmul(self.dense, w)
 
 
 class GradSink:
@@ -368,40 +510,3 @@ class _BucketedLinear(torch.autograd.Function):
             ctx.sink.written(ctx.weight_ref)
             gw = None  # delivered through the sink, see GradSink
         return gx, gw, gb, None, None, None
-
-
-class SparseOperator:
-    """A fixed sparse ``(n, n)`` matrix ``A[dst, src] = w`` with its transpose, both CSR, for ``A @ H``.
-
-    ``op @ h`` is differentiable in ``h``; the backward pass multiplies by the cached transpose instead of
-    converting the matrix again at every step.
-    """
-
-    def __init__(self, edge_index: Tensor, weight: Tensor, n: int) -> None:
-        self.matrix = _csr(edge_index, weight, n)
-        self.transpose = _csr(edge_index.flip(0), weight, n)
-
-    def __matmul__(self, h: Tensor) -> Tensor:
-        return _SpMM.apply(self.matrix, self.transpose, h)
-
-
-class _SpMM(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx: Any, a: Tensor, a_t: Tensor, h: Tensor) -> Tensor:
-        ctx.a_t = a_t
-        return torch.sparse.mm(a, h)
-
-    @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[None, None, Tensor]:
-        return None, None, torch.sparse.mm(ctx.a_t, grad)
-
-
-def _csr(edge_index: Tensor, weight: Tensor, n: int) -> Tensor:
-    """Sparse ``(n, n)`` CSR with ``A[dst, src] = weight`` (messages flow source -> target)."""
-    src, dst = edge_index
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # "sparse CSR support is in beta"
-        coo = torch.sparse_coo_tensor(
-            torch.stack([dst, src]), weight, (n, n), check_invariants=False
-        ).coalesce()
-        return coo.to_sparse_csr()

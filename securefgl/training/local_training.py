@@ -21,18 +21,18 @@ Memory per round: the K parameter copies the clients train, their gradients and 
 K separate clients would hold), plus activations of the union graph; never one extra model copy per client
 per step. Results are unbound once, at the end, into per-client views.
 
-:func:`train_clients_sequential` is the one-client-at-a-time reference with identical semantics (the tests
-check that both give the same parameters within float tolerance when dropout is off; with dropout the masks
-are drawn differently).
+:func:`train_each_client` trains one client at a time through the same code (a batch of one per call):
+what a deployment's client runs, and the simulation's ``train.batched = false``. The tests check both
+against a plain ``torch.nn`` + ``torch.optim`` loop per client (equal within float tolerance when dropout is
+off; with dropout the masks are drawn differently).
 """
 
 from __future__ import annotations
 
-import copy
 import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -52,7 +52,7 @@ __all__ = [
     "predict_stacked",
     "stack_params",
     "train_clients",
-    "train_clients_sequential",
+    "train_each_client",
     "seed_from",
     "workspace_generator",
 ]
@@ -106,7 +106,16 @@ def make_optimizer(
 
 
 def client_batch(clients: Sequence[Client]) -> GraphBatch:
-    """The padded union of these clients' graphs, cached in their shared workspace (client side only)."""
+    """The padded union of these clients' graphs (client side only), built once.
+
+    A batch of one is kept in that client's own state; a batch of several in the workspace the
+    simulation gives them.
+    """
+    if len(clients) == 1:
+        own = clients[0].state
+        if "graph_batch" not in own:
+            own["graph_batch"] = GraphBatch.from_graphs([clients[0].data])
+        return own["graph_batch"]
     key = ("graph_batch", tuple(c.id for c in clients))
     ws = clients[0].workspace
     cache = ws.setdefault("graph_batches", {})
@@ -269,9 +278,8 @@ def train_clients(
     center = {n: v.detach() for n, v in (prox_center or {}).items()}
     if prox_mu > 0 and not center:
         raise ValueError("prox_mu > 0 needs prox_center")
-    last = _run_epochs(
-        model, leaves, batch, opt, targets, len(sub), prox_mu, center, generator, epochs, losses
-    )
+    none = torch.full((len(sub),), float("nan"), device=device)  # the losses when no epoch runs
+    last = _run_epochs(model, leaves, batch, opt, targets, len(sub), prox_mu, center, generator, epochs, none)
     if store is not None:
         store.scatter(batch_ids, *opt.state())
     del opt
@@ -303,80 +311,34 @@ def _epoch(
     return per_client.detach()
 
 
-def train_clients_sequential(
+def train_each_client(
     model: torch.nn.Module,
     clients: Sequence[Client],
     init: Mapping[str, Tensor] | Sequence[Mapping[str, Tensor]],
     *,
-    epochs: int,
-    lr: float,
-    optimizer: str = "adam",
-    weight_decay: float = 0.0,
-    momentum: float = 0.0,
-    prox_mu: float = 0.0,
-    prox_center: Mapping[str, Tensor] | None = None,
-    generator: torch.Generator | None = None,
     stacked: bool = False,
-    state_key: str | None = None,
     batch_order: bool = False,
+    **options: Any,
 ) -> TrainedClients:
-    """The one-client-at-a-time reference of :func:`train_clients` (same arguments and result).
+    """Every client alone, as a batch of one through :func:`train_clients` (same arguments and result).
 
-    ``model`` is used as the working copy: its parameters are overwritten for each client in turn. Rows
-    are always in ``clients`` order (``batch_order`` is accepted for a uniform signature).
+    This is what a deployment's client runs (its batch is itself), and the simulation's ``train.batched =
+    false``: the same code path as the batched round, one client per call. Rows are in ``clients`` order
+    (``batch_order`` is accepted for a uniform signature).
     """
-    k = len(clients)
-    if stacked:
-        per = [{n: v[i] for n, v in init.items()} for i in range(k)]  # type: ignore[union-attr]
-    elif isinstance(init, Mapping):
-        per = [init] * k
-    else:
-        per = list(init)
-    params = dict(model.named_parameters())
-    out: dict[str, list[Tensor]] = {n: [] for n in params}
-    losses = []
-    center = {n: v.detach() for n, v in (prox_center or {}).items()}
-    prev_gen = getattr(model, "generator", None)
-    model.generator = generator
-    try:
-        for c, p0 in zip(clients, per, strict=True):
-            with torch.no_grad():
-                for n, v in params.items():
-                    v.copy_(p0[n])
-            if c.num_train == 0:
-                for n, v in params.items():
-                    out[n].append(v.detach().clone())
-                losses.append(float("nan"))
-                continue
-            opt = make_optimizer(list(params.values()), optimizer, lr, weight_decay, momentum)
-            saved = c.workspace.setdefault("optim_sequential", {}).setdefault(state_key, {})
-            if state_key is not None and c.id in saved:
-                opt.load_state_dict(saved[c.id])
-            model.train()
-            mask = c.data.train_mask
-            loss = torch.tensor(float("nan"))
-            for _ in range(epochs):
-                opt.zero_grad(set_to_none=True)
-                logits = model(c.data.x, c.data.edge_index)
-                loss = F.cross_entropy(logits[mask], c.data.y[mask])
-                objective = loss
-                if prox_mu > 0:
-                    prox = sum(((params[n] - center[n]) ** 2).sum() for n in params)
-                    objective = objective + 0.5 * prox_mu * prox
-                objective.backward()
-                opt.step()
-            if state_key is not None:
-                saved[c.id] = copy.deepcopy(opt.state_dict())
-            for n, v in params.items():
-                out[n].append(v.detach().clone())
-            losses.append(float(loss.detach()))
-    finally:
-        model.generator = prev_gen
-    dev = next(iter(params.values())).device
+    parts = []
+    for i, c in enumerate(clients):
+        if stacked:
+            own: Mapping[str, Tensor] = {n: v[i] for n, v in init.items()}  # type: ignore[union-attr]
+        elif isinstance(init, Mapping):
+            own = init
+        else:
+            own = init[i]
+        parts.append(train_clients(model, [c], own, **options))
     return TrainedClients(
         [c.id for c in clients],
-        {n: torch.stack(v) for n, v in out.items()},
-        torch.tensor(losses, device=dev),
+        {n: torch.cat([p.params[n] for p in parts]) for n in parts[0].params},
+        torch.cat([p.losses for p in parts]),
     )
 
 

@@ -13,6 +13,9 @@ does exactly that, with the update rules of :class:`torch.optim.Adam` and :class
 
 with :math:`t_k` client ``k``'s own step count.
 
+A leaf may also hold per-node rows (FedSpray's structure proxies): ``segments`` then says which rows
+belong to which client, and each client's rows are stepped with that client's step count.
+
 The state of every client can be kept between rounds (``persistent`` optimiser state: each client's
 optimiser lives on across the rounds it takes part in, as in common FGL code bases) in an
 :class:`OptimizerStore`, indexed by client id.
@@ -117,7 +120,10 @@ class OptimizerStore:
 
 
 class StackedOptimizer:
-    """Adam or SGD over stacked ``(K, ...)`` leaves, one independent optimiser per row.
+    """Adam or SGD over stacked ``(K, ...)`` leaves, one independent optimiser per client.
+
+    The one optimiser of the training stack: FedAvg-style batched training, FedSpray's three optimisers
+    and a client trained alone (a batch of one) all step through it.
 
     Args:
         leaves: Name -> stacked leaf tensor (``requires_grad``).
@@ -127,6 +133,8 @@ class StackedOptimizer:
         momentum: SGD momentum (0: plain SGD).
         state: Initial buffers (``"<param>.exp_avg"``, ``"<param>.exp_avg_sq"`` or ``"<param>.momentum"``)
             and per-row step counts, as returned by :meth:`OptimizerStore.gather`; ``None`` starts fresh.
+        segments: Leaf name -> ``(first, end)`` rows of each client, for leaves whose first axis is not the
+            client (per-node parameters); other leaves have one row per client.
     """
 
     def __init__(
@@ -137,13 +145,19 @@ class StackedOptimizer:
         weight_decay: float = 0.0,
         momentum: float = 0.0,
         state: tuple[dict[str, Tensor], Tensor] | None = None,
+        segments: Mapping[str, Sequence[tuple[int, int]]] | None = None,
     ) -> None:
         if name not in ("adam", "sgd"):
             raise ValueError(f"unknown optimizer {name!r}; valid: 'adam', 'sgd'")
         self.leaves = dict(leaves)
         self.name, self.lr, self.weight_decay, self.momentum = name, lr, weight_decay, momentum
-        first = next(iter(self.leaves.values()))
-        k = first.shape[0]
+        self.segments = {n: list(v) for n, v in (segments or {}).items()}
+        unknown = sorted(set(self.segments) - set(self.leaves))
+        if unknown:
+            raise ValueError(f"segments name unknown leaves {unknown}; leaves: {sorted(self.leaves)}")
+        first_name = next(iter(self.leaves))
+        first = self.leaves[first_name]
+        k = len(self.segments[first_name]) if first_name in self.segments else first.shape[0]
         if state is None:
             names = self.buffer_names()
             self.buffers = {
@@ -173,6 +187,26 @@ class StackedOptimizer:
             p.grad = None
 
     @torch.no_grad()
+    def reset(self) -> None:
+        """Forget the moments and the step counts, as a freshly built optimiser."""
+        self.steps.zero_()
+        for buf in self.buffers.values():
+            buf.zero_()
+
+    def _rows(self, name: str, tensor: Tensor) -> list[Tensor]:
+        """One view of ``tensor`` (a leaf, its gradient or a buffer) per client."""
+        if name in self.segments:
+            return [tensor[s:e] for s, e in self.segments[name]]
+        return list(tensor.unbind(0))
+
+    def _per_row(self, name: str, flags: Tensor, like: Tensor) -> Tensor:
+        """Per-client ``flags`` broadcast to the rows of leaf ``name``."""
+        if name in self.segments:
+            lengths = torch.tensor([e - s for s, e in self.segments[name]], device=flags.device)
+            flags = flags.repeat_interleave(lengths)
+        return flags.view((-1,) + (1,) * (like.dim() - 1))
+
+    @torch.no_grad()
     def step(self) -> None:
         """One update of every row."""
         self.steps += 1
@@ -195,15 +229,15 @@ class StackedOptimizer:
             rows_m = [self.buffers[f"{n}.exp_avg"] for n in names]
             rows_v = [self.buffers[f"{n}.exp_avg_sq"] for n in names]
         else:
-            # rows at different step counts (clients sampled at different times): one view per row
+            # clients at different step counts (sampled at different times): one view per client
             rows_p, rows_g, rows_m, rows_v, step = [], [], [], [], []
             per_row = [torch.tensor(float(t), dtype=torch.float32) for t in self.steps.tolist()]
             for n in names:
                 p = self.leaves[n]
-                rows_p += list(p.unbind(0))
-                rows_g += list(p.grad.unbind(0))
-                rows_m += list(self.buffers[f"{n}.exp_avg"].unbind(0))
-                rows_v += list(self.buffers[f"{n}.exp_avg_sq"].unbind(0))
+                rows_p += self._rows(n, p)
+                rows_g += self._rows(n, p.grad)
+                rows_m += self._rows(n, self.buffers[f"{n}.exp_avg"])
+                rows_v += self._rows(n, self.buffers[f"{n}.exp_avg_sq"])
                 step += [t.to(p.device) for t in per_row]
         torch._fused_adam_(
             rows_p,
@@ -222,7 +256,6 @@ class StackedOptimizer:
         )
 
     def _sgd(self) -> None:
-        k = self.steps.shape[0]
         for n, p in self.leaves.items():
             if p.grad is None:
                 continue
@@ -231,7 +264,7 @@ class StackedOptimizer:
                 g = g.add(p, alpha=self.weight_decay)
             if self.momentum > 0:
                 buf = self.buffers[f"{n}.momentum"]
-                fresh = (self.steps == 1).view((k,) + (1,) * (p.dim() - 1))
+                fresh = self._per_row(n, self.steps == 1, p)
                 buf.mul_(self.momentum).add_(g)
                 if bool(fresh.any()):
                     buf.copy_(torch.where(fresh, g, buf))

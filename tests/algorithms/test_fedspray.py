@@ -12,8 +12,7 @@ from torch_geometric.data import Data
 
 from securefgl.algorithms.base import Client, RoundState, Setting
 from securefgl.algorithms.fedspray import FedSpray, FedSprayOptions
-from securefgl.algorithms.fedspray._adam import BatchedAdam
-from securefgl.algorithms.fedspray._pack import pack_clients
+from securefgl.algorithms.fedspray._batch import client_batch
 from securefgl.algorithms.fedspray._train import (
     ClientState,
     LocalResult,
@@ -33,6 +32,7 @@ from securefgl.errors import ConfigError, NonFiniteError, TrainingError
 from securefgl.nn import ModelSpec, build_model
 from securefgl.protocols.base import Sums
 from securefgl.protocols.registry import get_protocol
+from securefgl.training.optim import StackedOptimizer
 
 C, F, D = 4, 40, 8
 
@@ -120,33 +120,65 @@ def _round(algo, server, clients, broadcast, protocol, r: int):
 # ------------------------------------------------------------------------------------------------------
 
 
-def test_batched_adam_equals_one_torch_adam_per_client():
+def test_stacked_adam_with_node_rows_equals_one_torch_adam_per_client():
+    """FedSpray's optimiser layout: per-client weights plus per-node proxy rows, clients at different
+    step counts (they joined at different rounds), against one ``torch.optim.Adam`` per client."""
     gen = torch.Generator().manual_seed(1)
-    k = 3
-    init = torch.randn(k, 5, 4, generator=gen)
-    ref = [torch.nn.Parameter(init[i].clone()) for i in range(k)]
-    opts = [torch.optim.Adam([p], lr=0.05, weight_decay=0.01) for p in ref]
-    stacked = init.clone().requires_grad_(True)
-    adam = BatchedAdam([stacked], 0.05, steps=torch.zeros(k, dtype=torch.float64), weight_decay=0.01)
-    for step in range(6):
-        active = torch.tensor([True, step % 2 == 0, step != 3])  # clients sit out some steps
-        grads = torch.randn(k, 5, 4, generator=gen)
-        stacked.grad = grads.clone()
-        adam.step(active)
-        for i in range(k):
-            if active[i]:
-                ref[i].grad = grads[i].clone()
-                opts[i].step()
-    for i in range(k):
-        torch.testing.assert_close(stacked.detach()[i], ref[i].detach(), rtol=1e-5, atol=1e-6)
+    k, segs = 3, [(0, 2), (2, 5), (5, 6)]
+    w0, p0 = torch.randn(k, 5, 4, generator=gen), torch.randn(6, 4, generator=gen)
+    ref = [
+        (torch.nn.Parameter(w0[i].clone()), torch.nn.Parameter(p0[s:e].clone()))
+        for i, (s, e) in enumerate(segs)
+    ]
+    opts = [torch.optim.Adam(list(r), lr=0.05, weight_decay=0.01) for r in ref]
+    w, p = w0.clone().requires_grad_(True), p0.clone().requires_grad_(True)
+    buffers = {
+        f"{n}.{b}": torch.zeros_like(t) for n, t in (("w", w), ("p", p)) for b in ("exp_avg", "exp_avg_sq")
+    }
+    steps = torch.zeros(k, dtype=torch.float64)
+    for i in range(k):  # client i takes i steps alone first, each as a batch of one
+        for _ in range(i):
+            gw, gp = torch.randn(5, 4, generator=gen), torch.randn(segs[i][1] - segs[i][0], 4, generator=gen)
+            s, e = segs[i]
+            one = {
+                "w": w.detach()[i : i + 1].clone().requires_grad_(True),
+                "p": p.detach()[s:e].clone().requires_grad_(True),
+            }
+            state = (
+                {n: b[i : i + 1] if n.startswith("w") else b[s:e] for n, b in buffers.items()},
+                steps[i : i + 1],
+            )
+            alone = StackedOptimizer(one, "adam", 0.05, 0.01, state=state, segments={"p": [(0, e - s)]})
+            one["w"].grad, one["p"].grad = gw[None].clone(), gp.clone()
+            alone.step()
+            with torch.no_grad():
+                w[i], p[s:e] = one["w"][0], one["p"]
+            ref[i][0].grad, ref[i][1].grad = gw.clone(), gp.clone()
+            opts[i].step()
+    assert steps.tolist() == [0.0, 1.0, 2.0]
+    opt = StackedOptimizer({"w": w, "p": p}, "adam", 0.05, 0.01, state=(buffers, steps), segments={"p": segs})
+    for _ in range(4):
+        gw, gp = torch.randn(k, 5, 4, generator=gen), torch.randn(6, 4, generator=gen)
+        w.grad, p.grad = gw.clone(), gp.clone()
+        opt.step()
+        for i, (s, e) in enumerate(segs):
+            ref[i][0].grad, ref[i][1].grad = gw[i].clone(), gp[s:e].clone()
+            opts[i].step()
+    for i, (s, e) in enumerate(segs):
+        torch.testing.assert_close(w.detach()[i], ref[i][0].detach(), rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(p.detach()[s:e], ref[i][1].detach(), rtol=1e-5, atol=1e-6)
+    opt.reset()
+    assert float(opt.steps.abs().sum()) == 0.0 and all(
+        float(b.abs().sum()) == 0.0 for b in opt.buffers.values()
+    )
 
 
 @pytest.mark.parametrize("kind", ["gcn", "sage", "sgc"])
 @pytest.mark.parametrize("sparse", [True, False])
 def test_batched_gnn_equals_securefgl_nn_model(kind, sparse):
     datas = _clients(3, seed=2, sparse=sparse)
-    pack = pack_clients(datas, num_classes=C)
-    assert (pack.x_block is not None) == sparse
+    pack = client_batch(datas, num_classes=C)
+    assert (pack.sparse_features()[1] is not None) == sparse
     spec = ModelSpec(name=kind, hidden=16, dropout=0.0)
     gen = torch.Generator().manual_seed(0)
     models = [build_model(spec, F, C, generator=gen).eval() for _ in datas]
@@ -171,12 +203,12 @@ def test_batched_local_update_equals_each_client_alone():
     proxies = torch.randn(C, D, generator=gen)
     together = _states(datas)
     alone = _states(datas)
-    pack = pack_clients(datas, num_classes=C)
+    pack = client_batch(datas, num_classes=C)
     stacked = stack_states(together, pack, hp)
     res = local_update(pack, stacked, enc, proxies, hp)
     unstack_states(stacked, together, pack)
     for i, d in enumerate(datas):
-        p1 = pack_clients([d], num_classes=C)
+        p1 = client_batch([d], num_classes=C)
         st1 = stack_states([alone[i]], p1, hp)
         r1 = local_update(p1, st1, enc, proxies, hp)
         unstack_states(st1, [alone[i]], p1)
@@ -193,13 +225,18 @@ def test_batched_local_update_equals_each_client_alone():
 # ------------------------------------------------------------------------------------------------------
 
 
-class _Pack:
-    """The client facts ``client_uploads`` reads (a hand-made example)."""
-
-    def __init__(self, counts: list[list[int]], nodes: list[int]):
-        self.train_counts = torch.tensor(counts, dtype=torch.float32)
-        self.num_train = self.train_counts.sum(1).long()
-        self.num_nodes = torch.tensor(nodes)
+def _batch_with_counts(counts: list[list[int]], nodes: list[int], f: int):
+    """A client batch whose labelled nodes have exactly these class counts (a hand-made example)."""
+    datas = []
+    for row, n in zip(counts, nodes, strict=True):
+        y = torch.zeros(n, dtype=torch.long)
+        train = torch.zeros(n, dtype=torch.bool)
+        labels = [c for c, m in enumerate(row) for _ in range(m)]
+        y[: len(labels)] = torch.tensor(labels, dtype=torch.long)
+        train[: len(labels)] = True
+        edges = torch.stack([torch.arange(n - 1), torch.arange(1, n)])
+        datas.append(Data(x=torch.ones(n, f), y=y, edge_index=edges, train_mask=train))
+    return client_batch(datas, num_classes=len(counts[0]))
 
 
 @pytest.mark.parametrize("upload", ["delta", "raw"])
@@ -209,7 +246,7 @@ def test_server_aggregation_from_sums_equals_weighted_formulas(upload, proxy_wei
     gen = torch.Generator().manual_seed(7)
     # client 0: classes 0 and 1; client 1: class 0 only; client 2: no labelled node; nobody holds class 2
     counts = [[3, 1, 0], [2, 0, 0], [0, 0, 0]]
-    pack = _Pack(counts, nodes=[10, 6, 4])
+    pack = _batch_with_counts(counts, nodes=[10, 6, 4], f=f)
     prev = {k: torch.randn(s, generator=gen) for k, s in encoder_shapes(f, d, c).items()}
     prev_s = torch.randn(c, d, generator=gen)
     local = {
@@ -510,7 +547,7 @@ def test_end_to_end_on_a_synthetic_graph_through_the_engine():
 @pytest.mark.parametrize("sparse", [True, False])
 def test_gnn_dropout_is_seeded_and_only_in_training(sparse):
     datas = _clients(2, seed=12, sparse=sparse)
-    pack = pack_clients(datas, num_classes=C)
+    pack = client_batch(datas, num_classes=C)
     params = {
         k: to_math_layout(k, torch.stack([s.gnn[k] for s in _states(datas, "sage")]))
         for k in _states(datas, "sage")[0].gnn

@@ -26,7 +26,7 @@ from securefgl.training.local_training import (
     seed_from,
     stack_params,
     train_clients,
-    train_clients_sequential,
+    train_each_client,
     workspace_generator,
 )
 
@@ -63,7 +63,7 @@ class Local(Algorithm):
         if ws.get(_KEY) is None or ws[_KEY][0] != ids:
             ws[_KEY] = (ids, self._initial(clients))
         train = self.setting.train
-        fn = train_clients if train.batched else train_clients_sequential
+        fn = train_clients if train.batched else train_each_client
         model = self.setting.make_model(generator=torch.Generator().manual_seed(0))  # structure only
         res = fn(
             model,

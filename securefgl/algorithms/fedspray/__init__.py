@@ -12,8 +12,9 @@ apart:
 * ``encoder``: the shared feature-structure encoder's parameter layout, initialisation and round reference;
 * ``models``: the clients' batched personalised GNNs and the encoder's forward pass;
 * ``presets``: the named run-config presets ``fedspray-paper`` and ``fedspray-code``;
-* ``_pack``, ``_adam``, ``_train`` (client side, private): the batched client layout, batched Adam, the local
-  training and the uploads.
+* ``_batch``, ``_train`` (client side, private): the client batch (the training stack's ``packed``
+  :class:`~securefgl.training.batched.GraphBatch` with its class counts), the local training (stepped by
+  :class:`~securefgl.training.optim.StackedOptimizer`) and the uploads.
 """
 
 from __future__ import annotations

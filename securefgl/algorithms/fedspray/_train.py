@@ -24,12 +24,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from securefgl.algorithms.fedspray._adam import BatchedAdam
-from securefgl.algorithms.fedspray._pack import ClientPack
+from securefgl.algorithms.fedspray._batch import num_train, train_counts
 from securefgl.algorithms.fedspray.encoder import ENCODER_KEYS, reference_encoder
 from securefgl.algorithms.fedspray.models import encoder_forward, gnn_forward, to_math_layout
 from securefgl.algorithms.fedspray.options import Hyper
 from securefgl.errors import NonFiniteError
+from securefgl.training.batched import GraphBatch
+from securefgl.training.optim import StackedOptimizer
 
 __all__ = [
     "ClientState",
@@ -90,37 +91,42 @@ class _Stacked:
     gnn: dict[str, Tensor]
     enc: dict[str, Tensor]
     proxy: Tensor
-    gnn_opt: BatchedAdam
-    enc_opt: BatchedAdam
-    proxy_opt: BatchedAdam
+    gnn_opt: StackedOptimizer
+    enc_opt: StackedOptimizer
+    proxy_opt: StackedOptimizer
 
 
 def _stack_opt(
     states: Sequence[_AdamState],
     params: dict[str, Tensor],
     lr: float,
-    cat: bool,
-    owner: Tensor | None,
+    segments: list[tuple[int, int]] | None,
     weight_decay: float = 0.0,
     layout: bool = False,
-) -> BatchedAdam:
+) -> StackedOptimizer:
+    """One Adam over the stacked ``params``; with ``segments``, their rows are per node (concatenated)."""
+
     def join(k: str, parts: list[Tensor]) -> Tensor:
-        out = torch.cat(parts) if cat else torch.stack(parts)
+        out = torch.cat(parts) if segments is not None else torch.stack(parts)
         return to_math_layout(k, out) if layout else out
 
     keys = list(params)
-    return BatchedAdam(
-        [params[k] for k in keys],
+    buffers = {}
+    for k in keys:
+        buffers[f"{k}.exp_avg"] = join(k, [s.exp_avg[k] for s in states])
+        buffers[f"{k}.exp_avg_sq"] = join(k, [s.exp_avg_sq[k] for s in states])
+    steps = torch.tensor([s.steps for s in states], dtype=torch.float64, device=params[keys[0]].device)
+    return StackedOptimizer(
+        params,
+        "adam",
         lr,
-        steps=torch.tensor([s.steps for s in states], dtype=torch.float64, device=params[keys[0]].device),
-        exp_avg=[join(k, [s.exp_avg[k] for s in states]) for k in keys],
-        exp_avg_sq=[join(k, [s.exp_avg_sq[k] for s in states]) for k in keys],
-        owners=[owner] * len(keys),
-        weight_decay=weight_decay,
+        weight_decay,
+        state=(buffers, steps),
+        segments={k: segments for k in keys} if segments is not None else None,
     )
 
 
-def stack_states(states: Sequence[ClientState], pack: ClientPack, hp: Hyper) -> _Stacked:
+def stack_states(states: Sequence[ClientState], pack: GraphBatch, hp: Hyper) -> _Stacked:
     """Stack the clients' states (in ``pack`` order) into batched leaf tensors and batched optimizers."""
     gnn = {
         k: to_math_layout(k, torch.stack([s.gnn[k] for s in states])).requires_grad_(True)
@@ -132,16 +138,14 @@ def stack_states(states: Sequence[ClientState], pack: ClientPack, hp: Hyper) -> 
         gnn=gnn,
         enc=enc,
         proxy=proxy,
-        gnn_opt=_stack_opt(
-            [s.gnn_opt for s in states], gnn, hp.lr, False, None, hp.weight_decay, layout=True
-        ),
-        enc_opt=_stack_opt([s.enc_opt for s in states], enc, hp.encoder_lr, False, None),
-        proxy_opt=_stack_opt([s.proxy_opt for s in states], {"proxy": proxy}, hp.proxy_lr, True, pack.batch),
+        gnn_opt=_stack_opt([s.gnn_opt for s in states], gnn, hp.lr, None, hp.weight_decay, layout=True),
+        enc_opt=_stack_opt([s.enc_opt for s in states], enc, hp.encoder_lr, None),
+        proxy_opt=_stack_opt([s.proxy_opt for s in states], {"proxy": proxy}, hp.proxy_lr, pack.segments()),
     )
 
 
 def _unstack_opt(
-    opt: BatchedAdam,
+    opt: StackedOptimizer,
     keys: Sequence[str],
     states: Sequence[_AdamState],
     segs: list[tuple[int, int]] | None,
@@ -149,7 +153,8 @@ def _unstack_opt(
 ) -> None:
     for i, st in enumerate(states):
         st.steps = float(opt.steps[i])
-        for k, m, v in zip(keys, opt.exp_avg, opt.exp_avg_sq, strict=True):
+        for k in keys:
+            m, v = opt.buffers[f"{k}.exp_avg"], opt.buffers[f"{k}.exp_avg_sq"]
             if segs is None:
                 if layout:
                     st.exp_avg[k], st.exp_avg_sq[k] = to_math_layout(k, m[i]), to_math_layout(k, v[i])
@@ -160,7 +165,7 @@ def _unstack_opt(
                 st.exp_avg[k], st.exp_avg_sq[k] = m[s:e].clone(), v[s:e].clone()
 
 
-def unstack_states(stacked: _Stacked, states: Sequence[ClientState], pack: ClientPack) -> None:
+def unstack_states(stacked: _Stacked, states: Sequence[ClientState], pack: GraphBatch) -> None:
     """Write a batch back into the clients' own states (copies: no state is shared between clients)."""
     segs = pack.segments()
     for i, st in enumerate(states):
@@ -181,7 +186,7 @@ def unstack_states(stacked: _Stacked, states: Sequence[ClientState], pack: Clien
 # --------------------------------------------------------------------------------------------------------
 
 
-def _client_mean(pack: ClientPack, values: Tensor, mask: Tensor) -> Tensor:
+def _client_mean(pack: GraphBatch, values: Tensor, mask: Tensor) -> Tensor:
     """Per-client mean of a per-node value over ``mask`` (0 for a client with an empty mask): ``(K,)``."""
     m = mask.to(values.dtype)
     return pack.client_sum(values * m) / pack.client_sum(m).clamp(min=1)
@@ -209,7 +214,7 @@ class LocalResult:
 
 
 def gnn_logits(
-    pack: ClientPack,
+    pack: GraphBatch,
     params: Mapping[str, Tensor],
     hp: Hyper,
     generator: torch.Generator | None = None,
@@ -229,7 +234,7 @@ def gnn_logits(
 
 
 def local_update(
-    pack: ClientPack,
+    pack: GraphBatch,
     stacked: _Stacked,
     glob_enc: Mapping[str, Tensor],
     glob_proxies: Tensor,
@@ -262,7 +267,7 @@ def local_update(
     if hp.reset_optimizers:
         for opt in (stacked.gnn_opt, stacked.enc_opt, stacked.proxy_opt):
             opt.reset()
-    y, train = pack.y, pack.train
+    y, train = pack.y, pack.masks["train_mask"]
     glob = {k: glob_enc[k] for k in ENCODER_KEYS}
     # ---------------- Phase 1: teacher p from the broadcast encoder ----------------
     with torch.no_grad():
@@ -277,7 +282,7 @@ def local_update(
         log_pt = torch.log_softmax((e + stacked.proxy) @ glob["W_p"] + glob["b_p"], dim=-1)
         reliable = train | (q.max(dim=-1).values > hp.kd_conf_threshold)
     dev = y.device
-    gnn_loss = torch.zeros(pack.num_clients, device=dev)
+    gnn_loss = torch.zeros(pack.num_graphs, device=dev)
     for _ in range(hp.epochs):
         stacked.gnn_opt.zero_grad()
         log_y = torch.log_softmax(gnn_logits(pack, stacked.gnn, hp, generator, training=True), dim=-1)
@@ -294,7 +299,7 @@ def local_update(
         ref = reference_encoder(glob, hp.projector_init)
         for k in ENCODER_KEYS:
             stacked.enc[k].copy_(ref[k].unsqueeze(0).expand_as(stacked.enc[k]))
-    enc_loss = torch.zeros(pack.num_clients, device=dev)
+    enc_loss = torch.zeros(pack.num_graphs, device=dev)
     for _ in range(hp.epochs):
         stacked.enc_opt.zero_grad()
         stacked.proxy_opt.zero_grad()
@@ -307,12 +312,12 @@ def local_update(
         stacked.proxy_opt.step()
         enc_loss = per_client.detach()
     with torch.no_grad():
-        c, d = pack.num_classes, stacked.proxy.shape[1]
-        idx = (pack.batch * c + y)[train]
-        sums = torch.zeros(pack.num_clients * c, d, device=dev).index_add_(
+        c, d = glob_proxies.shape[0], stacked.proxy.shape[1]
+        idx = (pack.row_client * c + y)[train]
+        sums = torch.zeros(pack.num_graphs * c, d, device=dev).index_add_(
             0, idx, stacked.proxy.detach()[train]
         )
-        class_proxies = sums.view(pack.num_clients, c, d) / pack.train_counts.clamp(min=1)[..., None]
+        class_proxies = sums.view(pack.num_graphs, c, d) / train_counts(pack, c).clamp(min=1)[..., None]
     return LocalResult(
         enc={k: v.detach() for k, v in stacked.enc.items()},
         class_proxies=class_proxies,
@@ -328,7 +333,7 @@ def local_update(
 
 def client_uploads(
     result: LocalResult,
-    pack: ClientPack,
+    pack: GraphBatch,
     client_ids: Sequence[int],
     glob_enc: Mapping[str, Tensor],
     glob_proxies: Tensor,
@@ -357,10 +362,12 @@ def client_uploads(
         NonFiniteError: A client's local encoder or class proxies are NaN/Inf (names client and round).
     """
     ref = reference_encoder(glob_enc, hp.projector_init)
-    n_train = pack.num_train.to(torch.float64)
-    weight = n_train if hp.encoder_weight == "train" else pack.num_nodes.to(torch.float64)
+    num_classes = glob_proxies.shape[0]
+    n_train = num_train(pack, num_classes).to(torch.float64)
+    num_nodes = torch.tensor(pack.sizes, dtype=torch.float64, device=n_train.device)
+    weight = n_train if hp.encoder_weight == "train" else num_nodes
     weight = torch.where(n_train > 0, weight, torch.zeros_like(weight))
-    counts = pack.train_counts.to(torch.float64)
+    counts = train_counts(pack, num_classes).to(torch.float64)
     a = counts if hp.proxy_weight == "count" else counts / n_train.clamp(min=1)[:, None]
     present = (counts > 0).to(torch.int64)
     uploads: dict[int, dict[str, Tensor]] = {}
@@ -390,7 +397,7 @@ def client_uploads(
         up["proxy.clients"] = present[i]
         uploads[int(cid)] = up
     notes = {
-        "no_labelled_nodes": [int(c) for i, c in enumerate(client_ids) if int(pack.num_train[i]) == 0],
+        "no_labelled_nodes": [int(c) for i, c in enumerate(client_ids) if int(n_train[i]) == 0],
         "clipped_elements": clipped,
     }
     return uploads, notes

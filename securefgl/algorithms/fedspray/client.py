@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from securefgl.algorithms.base import Broadcast, Client, RoundState, Setting
-from securefgl.algorithms.fedspray._pack import ClientPack, pack_clients
+from securefgl.algorithms.fedspray._batch import client_batch
 from securefgl.algorithms.fedspray._train import (
     ClientState,
     client_uploads,
@@ -28,6 +28,7 @@ from securefgl.algorithms.fedspray.models import to_math_layout, uniform01_like
 from securefgl.algorithms.fedspray.options import FedSprayOptions, Hyper
 from securefgl.algorithms.fedspray.schema import PROXY_KEY
 from securefgl.errors import TrainingError
+from securefgl.training.batched import GraphBatch
 
 __all__ = ["FedSprayClient"]
 
@@ -64,12 +65,12 @@ class FedSprayClient:
                 client.id,
             )
 
-    def _pack(self, clients: Sequence[Client]) -> ClientPack:
+    def _pack(self, clients: Sequence[Client]) -> GraphBatch:
         ws = clients[0].workspace
         ids = tuple(c.id for c in clients)
         cached = ws.get(_PACK)
         if cached is None or cached[0] != ids:
-            cached = (ids, pack_clients([c.data for c in clients], num_classes=self.setting.num_classes))
+            cached = (ids, client_batch([c.data for c in clients], num_classes=self.setting.num_classes))
             ws[_PACK] = cached
         return cached[1]
 

@@ -2,8 +2,8 @@ r"""FedSpray's models: the clients' batched personalised GNNs and the encoder's 
 
 Part of :mod:`securefgl.algorithms.fedspray` (the method is documented on
 :class:`~securefgl.algorithms.fedspray.FedSpray`), client side. Pure tensor functions over stacked per-client
-parameters ``(K, ...)`` and a client batch (:class:`~securefgl.algorithms.fedspray._pack.ClientPack`, which
-describes the batched layout); the encoder's parameters themselves are in
+parameters ``(K, ...)`` and a client batch (:class:`~securefgl.training.batched.GraphBatch` in the
+``packed`` layout); the encoder's parameters themselves are in
 :mod:`securefgl.algorithms.fedspray.encoder`.
 
 Shapes: ``K`` clients, ``N`` nodes of all of them, ``F`` input features, ``H`` hidden width, ``C`` classes,
@@ -15,9 +15,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from securefgl.algorithms.fedspray._pack import ClientPack, segment_matmul
 from securefgl.algorithms.fedspray.encoder import _uniform
 from securefgl.errors import ConfigError
+from securefgl.training.batched import GraphBatch
 
 __all__ = [
     "GNN_KINDS",
@@ -60,7 +60,7 @@ def uniform01_like(params: dict[str, Tensor], generator: torch.Generator) -> dic
 def gnn_forward(
     kind: str,
     params: dict[str, Tensor],
-    pack: ClientPack,
+    pack: GraphBatch,
     *,
     layers: int = 2,
     hops: int = 2,
@@ -79,8 +79,7 @@ def gnn_forward(
 
     ``dropout > 0`` draws masks from ``generator`` (training); 0 is the deterministic network.
     """
-    b = pack.batch
-    segs = pack.segments()
+    b = pack.row_client
 
     def drop(h: Tensor) -> Tensor:
         if dropout == 0.0:
@@ -90,7 +89,7 @@ def gnn_forward(
 
     if kind == "sgc":
         z = drop(pack.propagated(hops))
-        return segment_matmul(z, params["conv.lin.weight"], segs) + params["conv.lin.bias"][b]
+        return pack.segment_matmul(z, params["conv.lin.weight"]) + params["conv.lin.bias"][b]
     if kind not in ("gcn", "sage"):
         raise ConfigError(f"unknown FedSpray GNN {kind!r}; valid choices: {', '.join(GNN_KINDS)}")
     feats = pack.features(dropout, generator)
@@ -102,13 +101,13 @@ def gnn_forward(
         def lin(name: str, i: int = i, h: Tensor | None = h) -> Tensor:
             if i == 0:
                 return feats.linear(params[name])
-            return segment_matmul(h, params[name], segs)  # type: ignore[arg-type]
+            return pack.segment_matmul(h, params[name])  # type: ignore[arg-type]
 
         if kind == "gcn":
-            out = pack.adj_gcn @ lin(f"convs.{i}.lin.weight") + params[f"convs.{i}.bias"][b]
+            out = pack.gcn_operator() @ lin(f"convs.{i}.lin.weight") + params[f"convs.{i}.bias"][b]
         else:
             out = (
-                pack.adj_mean @ lin(f"convs.{i}.lin_l.weight")
+                pack.mean_operator() @ lin(f"convs.{i}.lin_l.weight")
                 + params[f"convs.{i}.lin_l.bias"][b]
                 + lin(f"convs.{i}.lin_r.weight")
             )
@@ -124,7 +123,7 @@ def to_math_layout(name: str, value: Tensor) -> Tensor:
     return value.transpose(-1, -2).contiguous() if name.endswith("weight") else value
 
 
-def encoder_forward(enc: dict[str, Tensor], pack: ClientPack, proxies: Tensor) -> tuple[Tensor, Tensor]:
+def encoder_forward(enc: dict[str, Tensor], pack: GraphBatch, proxies: Tensor) -> tuple[Tensor, Tensor]:
     r"""Classifier and projector logits of the feature-structure encoder.
 
     .. math::
@@ -141,8 +140,8 @@ def encoder_forward(enc: dict[str, Tensor], pack: ClientPack, proxies: Tensor) -
     if enc["W_e"].dim() == 2:
         e = torch.relu(feats.linear(enc["W_e"]) + enc["b_e"])
         return (e + proxies) @ enc["W_p"] + enc["b_p"], e @ enc["W_q"] + enc["b_q"]
-    b, segs = pack.batch, pack.segments()
+    b = pack.row_client
     e = torch.relu(feats.linear(enc["W_e"]) + enc["b_e"][b])
-    o_p = segment_matmul(e + proxies, enc["W_p"], segs) + enc["b_p"][b]
-    o_q = segment_matmul(e, enc["W_q"], segs) + enc["b_q"][b]
+    o_p = pack.segment_matmul(e + proxies, enc["W_p"]) + enc["b_p"][b]
+    o_q = pack.segment_matmul(e, enc["W_q"]) + enc["b_q"][b]
     return o_p, o_q

@@ -15,10 +15,8 @@ import copy
 import functools
 import inspect
 import math
-import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -27,6 +25,7 @@ from torch_geometric.nn.conv import MessagePassing
 
 from securefgl.algorithms.opfgl.options import StageConfig
 from securefgl.errors import ConfigError, NonFiniteError
+from securefgl.training.sparse import SparseOperator
 
 __all__ = [
     "LocalGraph",
@@ -94,19 +93,6 @@ def forward(model: nn.Module, x: Tensor, edge_index: Tensor, edge_weight: Tensor
         return model(x, edge_index)
 
 
-class _FixedSparseMM(torch.autograd.Function):
-    """``A @ H`` for a constant sparse CSR ``A`` whose transpose ``At`` is precomputed (no gradient for ``A``)."""
-
-    @staticmethod
-    def forward(ctx: Any, dense: Tensor, a: Tensor, at: Tensor) -> Tensor:  # type: ignore[override]
-        ctx.at = at
-        return torch.sparse.mm(a, dense)
-
-    @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:  # type: ignore[override]
-        return torch.sparse.mm(ctx.at, grad.contiguous()), None, None
-
-
 class LocalGraph:
     r"""A client's fixed local graph with the operators a GCN needs, built once.
 
@@ -132,23 +118,19 @@ class LocalGraph:
         self.edge_index = edge_index
         self.edge_weight = edge_weight
         self._threshold = sparse_threshold
-        self._ops: tuple[Tensor, Tensor, Tensor | None, Tensor | None] | None = None
+        self._ops: tuple[SparseOperator, SparseOperator | None] | None = None
 
-    def _operators(self) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
+    def _operators(self) -> tuple[SparseOperator, SparseOperator | None]:
+        """``(Ã, X)`` as sparse operators of the training stack (``X`` only when sparse enough, on CPU)."""
         if self._ops is None:
             from securefgl.algorithms.opfgl._statistics import gcn_operator
 
             op = gcn_operator(self.edge_index, self.x.size(0), edge_weight=self.edge_weight)
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
-                adj, adj_t = op.to_sparse_csr(), op.t().coalesce().to_sparse_csr()
-                density = float((self.x != 0).sum()) / max(1, self.x.numel())
-                if density <= self._threshold and self.x.device.type == "cpu":
-                    xs = self.x.to_sparse_csr()
-                    xt = self.x.t().contiguous().to_sparse_csr()
-                    self._ops = (adj, adj_t, xs, xt)
-                else:
-                    self._ops = (adj, adj_t, None, None)
+            row, col = op.indices()
+            adj = SparseOperator.build(row, col, op.values(), (op.size(0), op.size(1)))
+            density = float((self.x != 0).sum()) / max(1, self.x.numel())
+            sparse_x = density <= self._threshold and self.x.device.type == "cpu"
+            self._ops = (adj, SparseOperator.from_dense(self.x) if sparse_x else None)
         return self._ops
 
     @staticmethod
@@ -163,15 +145,12 @@ class LocalGraph:
         """``model``'s class scores on this graph."""
         if not self._fast_gcn(model):
             return forward(model, self.x, self.edge_index, self.edge_weight)
-        adj, adj_t, xs, xt = self._operators()
+        adj, x_op = self._operators()
         h = self.x
         for i, conv in enumerate(model.convs):
             weight = conv.lin.weight
-            if i == 0 and xs is not None:
-                h = _FixedSparseMM.apply(weight.t(), xs, xt)
-            else:
-                h = h @ weight.t()
-            h = _FixedSparseMM.apply(h, adj, adj_t) + conv.bias
+            h = x_op @ weight.t() if i == 0 and x_op is not None else h @ weight.t()
+            h = adj @ h + conv.bias
             if i < len(model.convs) - 1:
                 h = h.relu()
         return h

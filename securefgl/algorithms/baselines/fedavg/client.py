@@ -22,7 +22,7 @@ from securefgl.training.local_training import (
     predict_shared,
     predict_stacked,
     train_clients,
-    train_clients_sequential,
+    train_each_client,
     workspace_generator,
 )
 
@@ -52,7 +52,7 @@ class FedAvgClient:
     ) -> Any:
         train = self.setting.train
         model = self.setting.make_model(generator=torch.Generator().manual_seed(0))  # structure only
-        fn = train_clients if train.batched else train_clients_sequential
+        fn = train_clients if train.batched else train_each_client
         return fn(
             model,
             clients,
