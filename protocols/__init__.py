@@ -37,6 +37,7 @@ _LAZY = {
     "SecAggPlus": "securefgl.protocols.secaggplus",
     "CKKSAggregation": "securefgl.protocols.ckks",
     "DistributedDP": "securefgl.protocols.dp",
+    "IdentityDirectory": "securefgl.protocols.secaggplus",
 }
 
 __all__ = [
@@ -46,6 +47,7 @@ __all__ = [
     "DistributedDP",
     "DropoutPlan",
     "EncodedVector",
+    "IdentityDirectory",
     "MessageRecord",
     "PlaintextAggregation",
     "Protocol",

@@ -49,8 +49,14 @@ from securefgl.protocols._ckks_params import (
     slot_layout,
     to_digits,
 )
+from securefgl.protocols._release import (
+    DEFAULT_MIN_CONTRIBUTORS,
+    check_min_contributors,
+    check_sum_range,
+    refuse_small_sum,
+)
 from securefgl.protocols.base import Contribution, Sums
-from securefgl.protocols.encoding import SumSchema, centred_lift, default_rng
+from securefgl.protocols.encoding import SumSchema, centred_lift
 
 __all__ = ["CKKSClient"]
 
@@ -77,7 +83,10 @@ class CKKSClient:
         round_index: int,
         context: bytes,
         save_secret_key: Path | None = None,
+        *,
+        min_contributors: int = DEFAULT_MIN_CONTRIBUTORS,
     ) -> None:
+        self.min_contributors = check_min_contributors(min_contributors)
         self.party_id = int(party_id)
         self.schema = schema
         self.params = params
@@ -235,7 +244,7 @@ class CKKSClient:
         if self._contribution is None or self._ctx is None:  # pragma: no cover - guarded by the stage
             raise StageOrderError("nothing to upload", **where)
         t1 = time.perf_counter()
-        enc = self.schema.encode(self._contribution, default_rng())
+        enc = self.schema.encode(self._contribution)
         self._contribution = None  # sent: keep nothing
         vec = to_digits(self.layout, centred_lift(enc.data, self.schema.ring_bits), enc.clip_counts)
         rows = vec.reshape(self.layout.chunks, self.layout.slots)
@@ -263,6 +272,7 @@ class CKKSClient:
         n = len(req.contributors)
         if len(set(req.contributors)) != n or not set(req.contributors) <= set(self.roster) or n == 0:
             raise InconsistentViewError("the claimed contributors are not distinct roster members", **where)
+        refuse_small_sum(n, self.min_contributors, schema.min_contributors, "release", self.party_id)
         if [i for i, _ in req.ciphertexts] != list(range(lay.chunks)):
             raise MalformedMessageError(f"expected ciphertexts 0..{lay.chunks - 1}", **where)
         t0 = time.perf_counter()
@@ -281,7 +291,9 @@ class CKKSClient:
         del ctx
         ring, clip, dev = from_digits(lay, schema, dec, n, params, where)
         values = schema.decode(ring, n)
-        sums = schema.release(values, n, clip, schema.error_bound(n))
+        errors = schema.error_bound(n)
+        check_sum_range(schema.blocks, values, n, errors, clip, "release")
+        sums = schema.release(values, n, clip, errors)
         self.release_info = {"max_grid_deviation": dev, "error_bound": params.error_bound(n)}
         if self.recipient is not None:
             self.released = sums

@@ -17,7 +17,6 @@ from securefgl.errors import (
     InconsistentViewError,
     MalformedMessageError,
     ProtocolError,
-    ReleaseRefusedError,
     StageOrderError,
     ThresholdError,
 )
@@ -35,6 +34,7 @@ from securefgl.protocols._ckks_messages import (
     sums_from_fields,
 )
 from securefgl.protocols._ckks_params import PHASES, PROTOCOL_NAME, CKKSParameters, slot_layout
+from securefgl.protocols._release import DEFAULT_MIN_CONTRIBUTORS, check_min_contributors, refuse_small_sum
 from securefgl.protocols.base import SERVER, Sums, Transcript
 from securefgl.protocols.encoding import SumSchema
 from securefgl.protocols.router import Outgoing
@@ -85,7 +85,10 @@ class CKKSServer:
         key_holders: Literal["all"] | int,
         key_generator: int | None,
         transcript: Transcript,
+        *,
+        min_contributors: int = DEFAULT_MIN_CONTRIBUTORS,
     ) -> None:
+        self.min_contributors = check_min_contributors(min_contributors)
         self.schema = schema
         self.params = params
         self.layout = slot_layout(schema, params.digit_bits, params.slots)
@@ -284,13 +287,7 @@ class CKKSServer:
             raise ThresholdError(
                 "no client uploaded a valid ciphertext; nothing revealed", party=SERVER, phase="upload"
             )
-        if n < self.schema.min_contributors:
-            raise ReleaseRefusedError(
-                f"sum of {n} contributor(s) refused: the schema requires at least min_contributors="
-                f"{self.schema.min_contributors}; the sum was not decrypted",
-                party=SERVER,
-                phase="upload",
-            )
+        refuse_small_sum(n, self.min_contributors, self.schema.min_contributors, "upload", SERVER)
         if acc is None:  # pragma: no cover - n > 0 above
             raise ThresholdError("no ciphertext to add", party=SERVER, phase="upload")
         t0 = time.perf_counter()

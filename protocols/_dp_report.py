@@ -30,7 +30,12 @@ class PrivacyReport:
             part in, without amplification (the guarantee against a party that sees who took part, e.g.
             the server).
         rounds: distinct rounds accounted so far.
-        sample_rate: the client-sampling probability used for amplification.
+        sample_rate: the configured client-sampling probability.
+        sampler: who samples the clients (``"server"``: no amplification; ``"poisson"``: each client
+            decides with its own randomness, amplified by ``sample_rate``).
+        adjacency: the neighbouring relation the guarantee is stated for (zero-out or add/remove of one
+            client).
+        amplified: whether ``epsilon`` includes amplification by subsampling.
         noise_multiplier: :math:`z`.
         min_contributors: :math:`m`, the fewest noise shares in a released sum.
         noise_std: block -> standard deviation of the total noise of one element of a released sum with
@@ -58,6 +63,9 @@ class PrivacyReport:
     best_order: float
     order_at_edge: bool
     inner_threshold: int | None = None
+    sampler: str = "server"
+    adjacency: str = ""
+    amplified: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready copy."""

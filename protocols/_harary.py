@@ -62,6 +62,7 @@ __all__ = [
     "find_graph_parameters",
     "harary_disconnection_log_probability",
     "hypergeometric_log_pmf",
+    "security_threshold",
 ]
 
 Adversary = Literal["curious", "semi-malicious", "none"]
@@ -190,6 +191,22 @@ def _threshold_for_degree(
         t1 = math.ceil((t1 + k - 1.25) / 2)
     if t2 <= t1:
         return None
+    return max(t1 + 1, 2)
+
+
+def security_threshold(
+    num_clients: int, degree: int, *, corrupt_rate: float, adversary: str, security_bits: float = 40.0
+) -> int:
+    """The smallest threshold that keeps a neighbourhood of ``degree + 1`` secure (bound 2 of the module
+    docstring, with the semi-malicious adjustment), for an explicitly chosen degree: :math:`t_1 + 1`."""
+    n, k = int(num_clients), int(degree)
+    corrupted = math.floor((corrupt_rate + _EPS) * n)
+    xs, logp = hypergeometric_log_pmf(n, corrupted, k)
+    _, upper = _tail_sums(logp)
+    ok = np.nonzero(upper < 2.0 ** -(security_bits + 1) / n)[0]
+    t1 = int(xs[ok[0]]) if ok.size else k
+    if adversary == "semi-malicious":
+        t1 = math.ceil((t1 + k - 1.25) / 2)
     return max(t1 + 1, 2)
 
 

@@ -10,11 +10,83 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import torch
 
-from securefgl.errors import EncodingError, ReleaseRefusedError
+from securefgl.errors import ConfigError, EncodingError, ReleaseRefusedError
 from securefgl.protocols._blocks import BlockSpec
 from securefgl.protocols.sums import Sums
 
-__all__ = ["release_sums"]
+__all__ = [
+    "DEFAULT_MIN_CONTRIBUTORS",
+    "check_min_contributors",
+    "check_sum_range",
+    "refuse_small_sum",
+    "release_sums",
+]
+
+#: The fewest inputs any secure protocol releases a sum of, unless the caller says otherwise: a "sum" of
+#: one input is that client's input.
+DEFAULT_MIN_CONTRIBUTORS = 2
+
+
+def check_min_contributors(value: object) -> int:
+    """Validate a protocol's ``min_contributors`` option (an integer >= 1).
+
+    Raises:
+        ConfigError: anything else.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or int(value) < 1:
+        raise ConfigError(f"min_contributors must be an integer >= 1, got {value!r}")
+    return int(value)
+
+
+def refuse_small_sum(
+    n: int, protocol_min: int, schema_min: int, phase: str, party: str | int | None = None
+) -> None:
+    """Raise :class:`ReleaseRefusedError` unless ``n >= max(protocol_min, schema_min)``."""
+    need = max(int(protocol_min), int(schema_min))
+    if n < need:
+        raise ReleaseRefusedError(
+            f"a sum of {n} input(s) is refused: at least {need} are required (protocol min_contributors="
+            f"{protocol_min}, schema min_contributors={schema_min}); nothing is revealed",
+            party=party,
+            phase=phase,
+        )
+
+
+def check_sum_range(
+    blocks: Sequence[BlockSpec],
+    values: Mapping[str, torch.Tensor | np.ndarray],
+    num_contributors: int,
+    max_abs_error: Mapping[str, float],
+    clip_counts: Mapping[str, int],
+    phase: str,
+) -> None:
+    r"""Refuse a decoded sum that honest inputs cannot produce: an element beyond
+    :math:`n \cdot B` (plus the stated error) or a clip count beyond :math:`n` times the block size.
+
+    Catches a malicious client whose input left the public bounds by more than the others' slack; it
+    cannot catch one that stays inside them (see SECURITY.md).
+
+    Raises:
+        ReleaseRefusedError: naming the block, how many elements are out of range and the limit.
+    """
+    n = int(num_contributors)
+    for spec in blocks:
+        limit = n * float(spec.bound) + float(max_abs_error.get(spec.name, 0.0))
+        v = torch.as_tensor(values[spec.name]).detach().to(torch.float64).cpu()
+        bad = int((v.abs() > limit * (1 + 1e-9) + 1e-9).sum())
+        if bad:
+            raise ReleaseRefusedError(
+                f"block {spec.name!r}: {bad} element(s) of the decoded sum exceed n * bound = {n} * "
+                f"{spec.bound} (+ error): some input was outside the public bounds; nothing is released",
+                phase=phase,
+            )
+        count = int(clip_counts.get(spec.name, 0))
+        if not 0 <= count <= n * spec.size:
+            raise ReleaseRefusedError(
+                f"block {spec.name!r}: clip count {count} is outside [0, {n * spec.size}] (n * block size); "
+                "some input carried forged counts; nothing is released",
+                phase=phase,
+            )
 
 
 def release_sums(

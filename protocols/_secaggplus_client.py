@@ -6,14 +6,17 @@ checks). The client never imports the server half.
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import ClassVar
 
 import numpy as np
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 
 from securefgl.errors import (
+    ConfigError,
     EncodingError,
     InconsistentViewError,
     InvalidMessage,
@@ -24,9 +27,22 @@ from securefgl.errors import (
     ThresholdError,
 )
 from securefgl.protocols import _shamir
+from securefgl.protocols._abort import abort_message
 from securefgl.protocols._channel import PeerChannel
+from securefgl.protocols._consistency import (
+    CertifiedUnmaskRequest,
+    ConsistencyRequest,
+    ConsistencySignature,
+    SignedAdvertiseKeys,
+    SignedShareKeysRequest,
+    certified_signers,
+    quorum,
+)
 from securefgl.protocols._harary import GraphParameters
+from securefgl.protocols._identity import IdentityDirectory, advertise_statement, survivors_statement
 from securefgl.protocols._prg import KEY_BYTES, MaskExpander, RandomSource, system_random
+from securefgl.protocols._release import refuse_small_sum
+from securefgl.protocols._rounding import RoundingBits
 from securefgl.protocols._secaggplus_params import SecAggPlusConfig, Stage, resolve_graph
 from securefgl.protocols._secaggplus_session import (
     SHARE_BYTES,
@@ -42,10 +58,10 @@ from securefgl.protocols._secaggplus_session import (
     session_id_for,
     wipe,
 )
+from securefgl.protocols._validation import rounding_source
 from securefgl.protocols.base import Contribution, Sums
 from securefgl.protocols.encoding import SumSchema
 from securefgl.protocols.messages import (
-    Abort,
     AdvertiseKeys,
     AdvertiseRequest,
     DeliverRequest,
@@ -60,6 +76,9 @@ from securefgl.protocols.messages import (
 )
 
 __all__ = ["SecAggPlusClient", "SecAggPlusClientState"]
+
+#: The client's local log: full error details stay here; the server only receives a reason code.
+log = logging.getLogger("securefgl.protocols.secagg.client")
 
 
 @dataclass
@@ -85,6 +104,7 @@ class SecAggPlusClientState:
     senders: tuple[int, ...] = ()
     complaints: tuple[int, ...] = ()
     masked_with: tuple[int, ...] = ()
+    survivors: tuple[int, ...] = ()
 
 
 class SecAggPlusClient:
@@ -104,7 +124,15 @@ class SecAggPlusClient:
         recipient: the designated recipient it expects (``None``: the server).
         context: the public round context it was shown (e.g. a model hash).
         random: source of keys, seeds and share randomness (OS CSPRNG unless testing).
-        encode_rng: generator for the encoding's stochastic rounding (OS-seeded by default).
+        encode_rng: the rounding bits of the encoding's stochastic rounding (default: an AES-CTR
+            keystream under a key from the OS CSPRNG; see :func:`~securefgl.protocols.encoding`).
+        identity: this client's long-term Ed25519 key (signs its advertised keys and, with the
+            consistency round, the survivor set). Required when ``directory`` is given.
+        directory: every client's identity public key, from configuration: with it the client accepts
+            only signed key tables. Required by the consistency round.
+
+    Raises:
+        ConfigError: the consistency round without identities, or a key without a directory.
     """
 
     def __init__(
@@ -119,8 +147,20 @@ class SecAggPlusClient:
         recipient: int | None,
         context: bytes,
         random: RandomSource = system_random,
-        encode_rng: np.random.Generator | None = None,
+        encode_rng: RoundingBits | np.random.Generator | None = None,
+        identity: Ed25519PrivateKey | None = None,
+        directory: IdentityDirectory | None = None,
     ) -> None:
+        if (identity is None) != (directory is None) or (config.consistency and directory is None):
+            raise ConfigError(
+                "identity and directory go together, and the consistency round needs both "
+                f"(consistency={config.consistency}, identity given={identity is not None}, "
+                f"directory given={directory is not None})"
+            )
+        if directory is not None and party_id not in directory:
+            raise ConfigError(f"client {party_id} has no key in the identity directory")
+        self._identity = identity
+        self.directory = directory
         self.party_id = int(party_id)
         self.schema = schema
         self.layout = ClipLayout(schema)
@@ -141,20 +181,34 @@ class SecAggPlusClient:
 
     # -- dispatch ------------------------------------------------------------------------------------
 
-    _ORDER: ClassVar[dict[str, tuple[type[Message], str]]] = {
-        "start": (AdvertiseRequest, Stage.ADVERTISE_KEYS.value),
-        Stage.ADVERTISE_KEYS.value: (ShareKeysRequest, Stage.SHARE_KEYS.value),
-        Stage.SHARE_KEYS.value: (MaskedInputRequest, Stage.MASKED_INPUT.value),
-        Stage.MASKED_INPUT.value: (UnmaskRequest, Stage.UNMASKING.value),
-        Stage.UNMASKING.value: (DeliverRequest, Stage.DELIVER.value),
-    }
     _SERVER_MESSAGES: ClassVar[tuple[type[Message], ...]] = (
         AdvertiseRequest,
         ShareKeysRequest,
+        SignedShareKeysRequest,
         MaskedInputRequest,
+        ConsistencyRequest,
         UnmaskRequest,
+        CertifiedUnmaskRequest,
         DeliverRequest,
     )
+
+    def _order(self) -> dict[str, tuple[type[Message], str]]:
+        """Last completed stage -> (the request expected next, its stage), for this configuration."""
+        signed = self.directory is not None
+        order: dict[str, tuple[type[Message], str]] = {
+            "start": (AdvertiseRequest, Stage.ADVERTISE_KEYS.value),
+            Stage.ADVERTISE_KEYS.value: (
+                SignedShareKeysRequest if signed else ShareKeysRequest,
+                Stage.SHARE_KEYS.value,
+            ),
+            Stage.SHARE_KEYS.value: (MaskedInputRequest, Stage.MASKED_INPUT.value),
+            Stage.MASKED_INPUT.value: (UnmaskRequest, Stage.UNMASKING.value),
+            Stage.UNMASKING.value: (DeliverRequest, Stage.DELIVER.value),
+        }
+        if self.config.consistency:
+            order[Stage.MASKED_INPUT.value] = (ConsistencyRequest, Stage.CONSISTENCY_CHECK.value)
+            order[Stage.CONSISTENCY_CHECK.value] = (CertifiedUnmaskRequest, Stage.UNMASKING.value)
+        return order
 
     @property
     def stage(self) -> str:
@@ -172,8 +226,9 @@ class SecAggPlusClient:
                 "request after this client finished; refused", party=self.party_id
             )
             self.refusals.append(err)
-            return Abort(reason=type(err).__name__, detail=str(err)).to_bytes()
-        expected, stage = self._ORDER.get(self.state.stage, (None, "?"))
+            log.info("client %s: %s", self.party_id, err)
+            return abort_message(err)
+        expected, stage = self._order().get(self.state.stage, (None, "?"))
         try:
             try:
                 msg = decode(payload, self._SERVER_MESSAGES)
@@ -196,7 +251,8 @@ class SecAggPlusClient:
             self.error = err
             self.state.stage = "aborted"
             self._wipe()
-            return Abort(reason=type(exc).__name__, detail=str(exc)[:4000]).to_bytes()
+            log.warning("client %s aborted: %s: %s", self.party_id, type(exc).__name__, exc)
+            return abort_message(exc)
         return None if reply is None else reply.to_bytes()
 
     def _fail(self, cls: type[ProtocolError], message: str, phase: str) -> ProtocolError:
@@ -204,7 +260,7 @@ class SecAggPlusClient:
 
     # -- stages --------------------------------------------------------------------------------------
 
-    def _advertise_keys(self, req: AdvertiseRequest) -> AdvertiseKeys:
+    def _advertise_keys(self, req: AdvertiseRequest) -> AdvertiseKeys | SignedAdvertiseKeys:
         ph = Stage.ADVERTISE_KEYS.value
         invited = req.invited
         if list(invited) != sorted(set(invited)):
@@ -242,12 +298,36 @@ class SecAggPlusClient:
         s.mask_sk_raw = bytearray(self._random(KEY_BYTES))
         s.mask_sk = X25519PrivateKey.from_private_bytes(bytes(s.mask_sk_raw))
         s.stage = ph
-        return AdvertiseKeys(
-            channel_pk=s.channel_sk.public_key().public_bytes_raw(),
-            mask_pk=s.mask_sk.public_key().public_bytes_raw(),
-        )
+        cpk = s.channel_sk.public_key().public_bytes_raw()
+        spk = s.mask_sk.public_key().public_bytes_raw()
+        if self._identity is not None:
+            stmt = advertise_statement(req.to_bytes(), self.party_id, cpk, spk)
+            return SignedAdvertiseKeys(channel_pk=cpk, mask_pk=spk, signature=self._identity.sign(stmt))
+        return AdvertiseKeys(channel_pk=cpk, mask_pk=spk)
 
-    def _share_keys(self, req: ShareKeysRequest) -> ShareKeys:
+    def _check_key_signatures(self, req: SignedShareKeysRequest, used: set[int], phase: str) -> None:
+        """The key pairs this client uses (``used``: its neighbours and the recipient; every row on the
+        complete graph) must carry their owners' identity signatures, so the server cannot substitute
+        them. Other rows only enter the session id, which every client must agree on anyway."""
+        assert self.state.request is not None and self.directory is not None
+        sigs = dict(req.signatures)
+        if len(sigs) != len(req.signatures) or set(sigs) != {row[0] for row in req.keys}:
+            raise self._fail(InconsistentViewError, "the key table's signatures do not match its rows", phase)
+        request = self.state.request.to_bytes()
+        forged = [
+            cid
+            for cid, cpk, spk in req.keys
+            if cid in used
+            and not self.directory.verify(cid, advertise_statement(request, cid, cpk, spk), sigs[cid])
+        ]
+        if forged:
+            raise self._fail(
+                InconsistentViewError,
+                f"keys of clients {forged[:5]} are not signed by their identity keys (substituted or replayed)",
+                phase,
+            )
+
+    def _share_keys(self, req: ShareKeysRequest | SignedShareKeysRequest) -> ShareKeys:
         ph = Stage.SHARE_KEYS.value
         s = self.state
         assert (
@@ -289,6 +369,9 @@ class SecAggPlusClient:
             raise self._fail(
                 ThresholdError, f"{len(nbrs)} neighbours (incl. self), fewer than the threshold {t}", ph
             )
+        if isinstance(req, SignedShareKeysRequest):
+            used = set(nbrs) | ({self.recipient} if self.recipient is not None else set())
+            self._check_key_signatures(req, used, ph)
         s.session_id, s.keys, s.neighbours = sid, table, nbrs
         r = s.request.round_index
         try:
@@ -380,16 +463,16 @@ class SecAggPlusClient:
         if self._contribution is None:  # pragma: no cover - guarded by the stage machine
             raise self._fail(StageOrderError, "input already sent", ph)
         t1 = time.perf_counter()
+        expander = MaskExpander(self.layout.length, self.schema.ring_bits, algorithm=self.config.prg)
+        y = np.empty(self.layout.length, dtype=expander.dtype)  # the message's vector, encoded in place
         try:
-            enc = self.schema.encode(self._contribution, self._encode_rng)
+            clips = self.schema.encode_into(
+                self._contribution, y[: self.layout.offset], rounding_source(self._encode_rng)
+            )
         except EncodingError as exc:
             raise EncodingError(str(exc), party=self.party_id, phase=ph) from None
         self._contribution = None
-        expander = MaskExpander(self.layout.length, self.schema.ring_bits, algorithm=self.config.prg)
-        y = np.empty(self.layout.length, dtype=expander.dtype)
-        y[: self.layout.offset] = enc.data
-        y[self.layout.offset :] = self.layout.encode(enc.clip_counts)
-        wipe(enc.data)
+        y[self.layout.offset :] = self.layout.encode(clips)
         t2 = time.perf_counter()
         r = s.request.round_index
         expander.add(y, s.self_mask_key)
@@ -422,12 +505,68 @@ class SecAggPlusClient:
         self.step_seconds["expansions"] = float(len(masked_with) + 1 + (self.recipient is not None))
         return reply
 
-    def _unmasking(self, req: UnmaskRequest) -> Unmask:
+    def _consistency_check(self, req: ConsistencyRequest) -> ConsistencySignature:
+        """Sign the survivor set once, after checking it (see :mod:`~securefgl.protocols._consistency`)."""
+        ph = Stage.CONSISTENCY_CHECK.value
+        s = self.state
+        assert s.params is not None and s.request is not None and self._identity is not None
+        if req.session_id != s.session_id:
+            raise self._fail(InconsistentViewError, "consistency request for another session", ph)
+        survivors = list(req.survivors)
+        if survivors != sorted(set(survivors)) or not set(survivors) <= set(s.keys):
+            raise self._fail(
+                RequestRefusedError, "survivor set is not sorted and unique among the advertised clients", ph
+            )
+        if self.party_id not in survivors:
+            raise self._fail(
+                RequestRefusedError, "this client sent its input but is not in the survivor set", ph
+            )
+        t = s.params.threshold
+        if len(survivors) < t:
+            raise self._fail(
+                ThresholdError, f"survivor set of {len(survivors)} clients is below the threshold {t}", ph
+            )
+        s.survivors = tuple(survivors)
+        s.stage = ph
+        stmt = survivors_statement(s.session_id, s.request.round_index, s.survivors)
+        return ConsistencySignature(session_id=s.session_id, signature=self._identity.sign(stmt))
+
+    def _check_certificate(self, req: CertifiedUnmaskRequest, phase: str) -> None:
+        """The unmask request must carry the set this client signed, a quorum of signatures on it, and
+        this client's masking peers split by it."""
+        s = self.state
+        assert s.params is not None and s.request is not None and self.directory is not None
+        if req.survivors != s.survivors:
+            raise self._fail(
+                RequestRefusedError, "the survivor set differs from the one this client signed", phase
+            )
+        q = quorum(len(s.keys), s.params.threshold, self.config.corrupt_rate)
+        signers = certified_signers(
+            self.directory, s.session_id, s.request.round_index, s.survivors, req.signatures, enough=q
+        )
+        if len(signers) < q:
+            raise self._fail(
+                RequestRefusedError,
+                f"{len(signers)} valid signatures on the survivor set, fewer than the quorum {q} "
+                f"of {len(s.keys)} advertised clients",
+                phase,
+            )
+        peers = set(s.masked_with) | {self.party_id}
+        alive = tuple(sorted(peers & set(s.survivors)))
+        dead = tuple(sorted(peers - set(s.survivors)))
+        if (req.alive, req.dead) != (alive, dead):
+            raise self._fail(
+                RequestRefusedError, "the alive/dead lists contradict the signed survivor set", phase
+            )
+
+    def _unmasking(self, req: UnmaskRequest | CertifiedUnmaskRequest) -> Unmask:
         ph = Stage.UNMASKING.value
         s = self.state
         assert s.params is not None
         if req.session_id != s.session_id:
             raise self._fail(InconsistentViewError, "unmask request for another session", ph)
+        if isinstance(req, CertifiedUnmaskRequest):
+            self._check_certificate(req, ph)
         alive, dead = list(req.alive), list(req.dead)
         if len(set(alive)) != len(alive) or len(set(dead)) != len(dead):
             raise self._fail(RequestRefusedError, "duplicate ids in the unmask request", ph)
@@ -499,6 +638,9 @@ class SecAggPlusClient:
                 f"sum of {len(survivors)} inputs is below the threshold {s.params.threshold}",
                 ph,
             )
+        refuse_small_sum(
+            len(survivors), self.config.min_contributors, self.schema.min_contributors, ph, self.party_id
+        )
         if req.ring_bits != self.schema.ring_bits or req.vector.shape != (self.layout.length,):
             raise self._fail(MalformedMessageError, "delivered vector has the wrong ring or length", ph)
         expander = MaskExpander(self.layout.length, self.schema.ring_bits, algorithm=self.config.prg)
@@ -511,7 +653,9 @@ class SecAggPlusClient:
                 raise self._fail(InconsistentViewError, f"survivor {u} has a degenerate key", ph) from None
             expander.subtract(acc, pad_key(shared, s.session_id, r, u, self.party_id))
         expander.reduce(acc)
-        self.result = release_ring(self.schema, self.layout, acc, len(survivors), ph)
+        self.result = release_ring(
+            self.schema, self.layout, acc, len(survivors), ph, self.config.min_contributors
+        )
         self._wipe()
         s.stage = "done"
         return None

@@ -18,8 +18,10 @@ from securefgl.protocols._harary import (
     GraphParameters,
     complete_graph_threshold,
     find_graph_parameters,
+    security_threshold,
 )
 from securefgl.protocols._prg import PRG_ALGORITHMS
+from securefgl.protocols._release import DEFAULT_MIN_CONTRIBUTORS, check_min_contributors
 
 __all__ = ["SecAggPlusConfig", "Stage", "resolve_graph"]
 
@@ -30,14 +32,19 @@ class Stage(enum.StrEnum):
     ADVERTISE_KEYS = "advertise_keys"
     SHARE_KEYS = "share_keys"
     MASKED_INPUT = "masked_input"
+    CONSISTENCY_CHECK = "consistency_check"
     UNMASKING = "unmasking"
     DELIVER = "deliver"
 
     @classmethod
-    def ordered(cls, *, recipient: bool) -> tuple[str, ...]:
-        """Stage names in order; ``deliver`` only in designated-recipient mode."""
-        names = tuple(s.value for s in cls)
-        return names if recipient else names[:-1]
+    def ordered(cls, *, recipient: bool, consistency: bool = False) -> tuple[str, ...]:
+        """Stage names in order; ``consistency_check`` only with the consistency round, ``deliver``
+        only in designated-recipient mode."""
+        return tuple(
+            s.value
+            for s in cls
+            if (consistency or s is not cls.CONSISTENCY_CHECK) and (recipient or s is not cls.DELIVER)
+        )
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -69,6 +76,14 @@ class SecAggPlusConfig:
             :math:`\\lfloor \\gamma n \\rfloor \\le 1` corrupted clients and returns thresholds of 2-3 in
             neighbourhoods of 3-7, while the complete graph is still cheap. ``0`` always uses the finder.
             (default: ``32``)
+        consistency_check: run the consistency round (signed survivor set, Bonawitz et al. 2017 §4)
+            before unmasking; ``None``: on exactly when ``adversary="semi-malicious"`` (a server that
+            may lie about who dropped). Needs identity keys (see :class:`SecAggPlus`). (default: ``None``)
+        insecure_low_threshold: INSECURE: accept a threshold at or below half of the neighbourhood on
+            the complete graph, or against a lying server, where a server that tells different clients
+            different survivor sets collects both share kinds of a client. (default: ``False``)
+        min_contributors: the fewest inputs a released sum may hold (the schema's rule applies too,
+            where stricter); checked before anything is unmasked. (default: ``2``)
     """
 
     graph: Literal["harary", "complete"] = "harary"
@@ -81,6 +96,16 @@ class SecAggPlusConfig:
     security_bits: float = 40.0
     correctness_bits: float = 20.0
     complete_below: int = 32
+    consistency_check: bool | None = None
+    insecure_low_threshold: bool = False
+    min_contributors: int = DEFAULT_MIN_CONTRIBUTORS
+
+    @property
+    def consistency(self) -> bool:
+        """Whether the consistency round runs (``consistency_check``, or its default)."""
+        if self.consistency_check is None:
+            return self.adversary == "semi-malicious"
+        return self.consistency_check
 
     def __post_init__(self) -> None:
         if self.graph not in ("harary", "complete"):
@@ -123,6 +148,13 @@ class SecAggPlusConfig:
             v = getattr(self, name)
             if not isinstance(v, (int, float)) or v <= 0:
                 raise ConfigError(f"{name} must be positive, got {v!r}")
+        if self.consistency_check not in (None, True, False):
+            raise ConfigError(
+                f"consistency_check must be None, True or False, got {self.consistency_check!r}"
+            )
+        check_min_contributors(self.min_contributors)
+        if not isinstance(self.insecure_low_threshold, bool):
+            raise ConfigError(f"insecure_low_threshold must be a bool, got {self.insecure_low_threshold!r}")
 
 
 def resolve_graph(config: SecAggPlusConfig, num_clients: int) -> GraphParameters:
@@ -146,11 +178,23 @@ def resolve_graph(config: SecAggPlusConfig, num_clients: int) -> GraphParameters
     elif config.degree is not None:
         k = config.degree
         if k >= n - 1:
-            base = GraphParameters(
-                n, n - 1, complete_graph_threshold(n, corrupt_rate=config.corrupt_rate), True
-            )
+            t_c = complete_graph_threshold(n, corrupt_rate=config.corrupt_rate, adversary=config.adversary)
+            base = GraphParameters(n, n - 1, t_c, True)
         else:
-            base = GraphParameters(n, k, max(2, (k + 1) // 2 + 1), False)
+            t_sec = security_threshold(
+                n,
+                k,
+                corrupt_rate=config.corrupt_rate,
+                adversary=config.adversary,
+                security_bits=config.security_bits,
+            )
+            if t_sec > k + 1:
+                raise ConfigError(
+                    f"degree {k} cannot be secure with n={n}, corrupt_rate={config.corrupt_rate} and "
+                    f"adversary={config.adversary!r} (needs a threshold of {t_sec} > {k + 1} holders); "
+                    "raise the degree or leave it to the parameter finder"
+                )
+            base = GraphParameters(n, k, max(2, k // 2 + 1, t_sec), False)
     else:
         base = find_graph_parameters(
             n,
@@ -176,4 +220,18 @@ def resolve_graph(config: SecAggPlusConfig, num_clients: int) -> GraphParameters
         raise ConfigError(
             f"threshold {threshold} would put every secret in the clear in each share; use >= 2 with {n} clients"
         )
+    _check_split_safe(config, n, size, threshold, base.complete)
     return GraphParameters(n, base.degree, threshold, base.complete)
+
+
+def _check_split_safe(config: SecAggPlusConfig, n: int, size: int, threshold: int, complete: bool) -> None:
+    """Refuse a threshold at or below half of the neighbourhood where a lying server could collect
+    :math:`t` self-mask-seed shares from one half and :math:`t` mask-key shares from the other."""
+    lying = config.adversary == "semi-malicious"
+    if config.insecure_low_threshold or n < 3 or 2 * threshold > size or not (complete or lying):
+        return
+    raise ConfigError(
+        f"threshold {threshold} is at or below half of the {size} share holders (n={n}): a server that "
+        "tells half of them a client survived and the other half it dropped collects both share kinds "
+        f"and unmasks it; use a threshold >= {size // 2 + 1} or pass insecure_low_threshold=True"
+    )

@@ -7,9 +7,8 @@ checks). The server sees bytes only and never imports the client half.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -20,17 +19,25 @@ from securefgl.errors import (
     InvalidMessage,
     MalformedMessageError,
     ProtocolError,
-    ReleaseRefusedError,
     StageOrderError,
     ThresholdError,
 )
 from securefgl.protocols import _shamir
-from securefgl.protocols._harary import SecretSharingGraph
+from securefgl.protocols._consistency import (
+    CertifiedUnmaskRequest,
+    ConsistencyRequest,
+    ConsistencySignature,
+    SignedAdvertiseKeys,
+    SignedShareKeysRequest,
+    certified_signers,
+    quorum,
+)
+from securefgl.protocols._identity import IdentityDirectory, advertise_statement
 from securefgl.protocols._prg import MaskExpander, ring_dtype
+from securefgl.protocols._release import refuse_small_sum
 from securefgl.protocols._secaggplus_params import SecAggPlusConfig, Stage, resolve_graph
 from securefgl.protocols._secaggplus_session import (
     ClipLayout,
-    commitment,
     key_is_usable,
     pair_key,
     release_ring,
@@ -38,7 +45,8 @@ from securefgl.protocols._secaggplus_session import (
     session_graph,
     wipe,
 )
-from securefgl.protocols.base import SERVER, Sums
+from securefgl.protocols._secaggplus_unmask import MAX_HOLDER_SUBSETS, Reconstruction, SecAggPlusServerState
+from securefgl.protocols.base import SERVER
 from securefgl.protocols.encoding import SumSchema
 from securefgl.protocols.messages import (
     Abort,
@@ -56,56 +64,10 @@ from securefgl.protocols.messages import (
 )
 from securefgl.protocols.router import Outgoing
 
-__all__ = ["SecAggPlusServer", "SecAggPlusServerState"]
+__all__ = ["MAX_HOLDER_SUBSETS", "SecAggPlusServer", "SecAggPlusServerState"]
 
 
-@dataclass
-class SecAggPlusServerState:
-    """What the server holds during one session (public values and the masked sum only).
-
-    Attributes:
-        excluded: client -> reason, for clients excluded as misbehaving (``"ErrorClass: message"``).
-        keys: client -> (channel public key, mask public key), for the clients that advertised (U1).
-        session_id: the session id (the one most clients computed).
-        graph: the secret-sharing graph over U1.
-        u1, u2, u3: clients that advertised keys, shared them, and whose masked input was accepted.
-        dead: U2 minus U3 (dropped or excluded after sharing).
-        commitments: client -> commitment to its self-mask seed.
-        envelopes: recipient -> {sender: share ciphertext} (relayed, then cleared).
-        senders: client -> the neighbours whose ciphertexts were forwarded to it.
-        complaints: client -> the senders whose ciphertexts it could not authenticate.
-        masked_with: survivor -> the peers it masked against.
-        total: the running sum of accepted masked inputs (then the unmasked sum).
-        result: the released sums (server mode).
-        delivered: whether the sum was relayed to the designated recipient.
-        bad_shares: client -> note, where a reconstruction had to route around corrupted shares.
-        unmask_seconds: wall time of the unmasking steps, and process CPU time (all threads) of mask
-            removal and of the whole step.
-        unmask_rejected: responder -> reason, for unmask replies that were ignored.
-    """
-
-    excluded: dict[int, str] = field(default_factory=dict)
-    keys: dict[int, tuple[bytes, bytes]] = field(default_factory=dict)
-    session_id: bytes = b""
-    graph: SecretSharingGraph | None = None
-    u1: tuple[int, ...] = ()
-    u2: tuple[int, ...] = ()
-    u3: tuple[int, ...] = ()
-    dead: tuple[int, ...] = ()
-    commitments: dict[int, bytes] = field(default_factory=dict)
-    envelopes: dict[int, dict[int, bytes]] = field(default_factory=dict)
-    senders: dict[int, tuple[int, ...]] = field(default_factory=dict)
-    complaints: dict[int, tuple[int, ...]] = field(default_factory=dict)
-    masked_with: dict[int, frozenset[int]] = field(default_factory=dict)
-    total: np.ndarray | None = None
-    result: Sums | None = None
-    delivered: bool = False
-    bad_shares: dict[int, str] = field(default_factory=dict)
-    unmask_seconds: dict[str, float] = field(default_factory=dict)
-    unmask_rejected: dict[int, str] = field(default_factory=dict)
-
-
-class SecAggPlusServer:
+class SecAggPlusServer(Reconstruction):
     """The SecAgg/SecAgg+ server: relays keys and shares, sums masked inputs, unmasks, releases.
 
     It never sees a client object, only bytes; every reply is decoded and checked, and a client that
@@ -120,6 +82,8 @@ class SecAggPlusServer:
         round_index: the round.
         recipient: designated recipient or ``None``.
         workers: threads used to regenerate masks when unmasking.
+        directory: the clients' identity public keys (from configuration): with it the server expects
+            signed key advertisements, and the consistency round (``config.consistency``) needs it.
     """
 
     def __init__(
@@ -132,7 +96,9 @@ class SecAggPlusServer:
         round_index: int,
         recipient: int | None,
         workers: int = 1,
+        directory: IdentityDirectory | None = None,
     ) -> None:
+        self.directory = directory
         self.schema = schema
         self.layout = ClipLayout(schema)
         self.invited = tuple(sorted(int(c) for c in invited))
@@ -141,7 +107,7 @@ class SecAggPlusServer:
         self.recipient = recipient
         self.round_index = int(round_index)
         self.workers = max(1, int(workers))
-        self.stages = Stage.ordered(recipient=recipient is not None)
+        self.stages = Stage.ordered(recipient=recipient is not None, consistency=config.consistency)
         self.request = AdvertiseRequest(
             protocol=protocol_name,
             round_index=self.round_index,
@@ -165,9 +131,17 @@ class SecAggPlusServer:
         self.state.excluded.setdefault(client, text)
 
     def _collect(
-        self, stage: str, replies: Sequence[tuple[int, bytes]], expected: type[Message], allowed: set[int]
+        self,
+        stage: str,
+        replies: Sequence[tuple[int, bytes]],
+        expected: type[Message],
+        allowed: set[int],
+        on_decoded: Callable[[int, Any], None] | None = None,
     ) -> dict[int, Any]:
-        """Decode one stage's replies: one valid message per allowed client; exclude the rest."""
+        """Decode one stage's replies: one valid message per allowed client; exclude the rest.
+
+        ``on_decoded(client, message)`` runs on each message of the expected type right after it is
+        decoded (while its bytes are still in cache)."""
         counts: dict[int, int] = {}
         for c, _ in replies:
             counts[c] = counts.get(c, 0) + 1
@@ -193,6 +167,8 @@ class SecAggPlusServer:
                 self._exclude(c, f"{msg.reason} (client abort): {msg.detail}")
                 continue
             out[c] = msg
+            if on_decoded is not None:
+                on_decoded(c, msg)
         return out
 
     # -- endpoint ------------------------------------------------------------------------------------
@@ -211,6 +187,7 @@ class SecAggPlusServer:
             Stage.ADVERTISE_KEYS.value: self._after_advertise,
             Stage.SHARE_KEYS.value: self._after_share_keys,
             Stage.MASKED_INPUT.value: self._after_masked_input,
+            Stage.CONSISTENCY_CHECK.value: self._after_consistency_check,
             Stage.UNMASKING.value: self._after_unmasking,
             Stage.DELIVER.value: self._after_deliver,
         }.get(stage)
@@ -234,7 +211,18 @@ class SecAggPlusServer:
 
     def _after_advertise(self, replies: Sequence[tuple[int, bytes]]) -> Outgoing:
         ph = Stage.ADVERTISE_KEYS.value
-        got = self._collect(ph, replies, AdvertiseKeys, set(self.invited))
+        expected: type[Message] = AdvertiseKeys if self.directory is None else SignedAdvertiseKeys
+        got = self._collect(ph, replies, expected, set(self.invited))
+        if self.directory is not None:
+            request = self.request.to_bytes()
+            for c in sorted(got):
+                m = got[c]
+                stmt = advertise_statement(request, c, m.channel_pk, m.mask_pk)
+                if self.directory.verify(c, stmt, m.signature):
+                    self.state.key_signatures[c] = m.signature
+                else:
+                    self._exclude(c, "InvalidMessage: advertised keys without a valid identity signature")
+                    del got[c]
         seen: dict[bytes, list[int]] = {}
         for c, msg in got.items():
             seen.setdefault(msg.channel_pk, []).append(c)
@@ -267,7 +255,11 @@ class SecAggPlusServer:
                 self.recipient in self.state.keys, f"the designated recipient {self.recipient} dropped", ph
             )
         table = tuple((c, *self.state.keys[c]) for c in self.state.u1)
-        payload = ShareKeysRequest(keys=table).to_bytes()
+        if self.directory is None:
+            payload = ShareKeysRequest(keys=table).to_bytes()
+        else:
+            sigs = tuple((c, self.state.key_signatures[c]) for c in self.state.u1)
+            payload = SignedShareKeysRequest(keys=table, signatures=sigs).to_bytes()
         return Outgoing(Stage.SHARE_KEYS.value, dict.fromkeys(self.state.u1, payload))
 
     def _consistent(self, client: int, msg: ShareKeys) -> bool:
@@ -339,7 +331,8 @@ class SecAggPlusServer:
     def _after_masked_input(self, replies: Sequence[tuple[int, bytes]]) -> Outgoing:
         ph = Stage.MASKED_INPUT.value
         assert self.state.graph is not None
-        got = self._collect(ph, replies, MaskedInput, set(self.state.u2))
+        running = _RunningSum(self.layout.length, self.schema.ring_bits)
+        got = self._collect(ph, replies, MaskedInput, set(self.state.u2), on_decoded=running.add)
         accepted: dict[int, MaskedInput] = {}
         for c in sorted(got):
             msg = got[c]
@@ -365,19 +358,14 @@ class SecAggPlusServer:
                 )
             else:
                 accepted[c] = msg
-        accused: dict[int, list[int]] = {}
+        accused: dict[int, set[int]] = {}
         for c, msg in accepted.items():
             self.state.complaints[c] = msg.complaints
             self.state.masked_with[c] = frozenset(self.state.senders[c]) - frozenset(msg.complaints)
             for v in msg.complaints:
-                accused.setdefault(v, []).append(c)
-        for v, by in sorted(accused.items()):
-            if v in accepted:
-                self._exclude(
-                    v,
-                    f"InvalidMessage: its share ciphertexts failed authentication at clients {sorted(by)[:10]}",
-                )
-        self.state.u3 = tuple(c for c in sorted(accepted) if c not in accused)
+                accused.setdefault(v, set()).add(c)
+        removed = self._judge_complaints(accused, set(accepted))
+        self.state.u3 = tuple(c for c in sorted(accepted) if c not in removed)
         u3 = set(self.state.u3)
         self.state.dead = tuple(c for c in self.state.u2 if c not in u3)
         t = self.params.threshold
@@ -388,13 +376,9 @@ class SecAggPlusServer:
         )
         if self.recipient is not None:
             self._need(self.recipient in u3, f"the designated recipient {self.recipient} dropped", ph)
-        if len(self.state.u3) < self.schema.min_contributors:
-            raise ReleaseRefusedError(
-                f"{len(self.state.u3)} surviving input(s) < min_contributors={self.schema.min_contributors}; "
-                "aborting before unmasking, nothing is revealed",
-                party=SERVER,
-                phase=ph,
-            )
+        refuse_small_sum(
+            len(self.state.u3), self.config.min_contributors, self.schema.min_contributors, ph, SERVER
+        )
         for u in self.state.u3:
             live = len(set(self.state.graph.neighbours(u)) & u3)
             self._need(
@@ -409,20 +393,88 @@ class SecAggPlusServer:
                 f"dropped client {v} has {len(holders)} live share holders, fewer than the threshold {t}",
                 ph,
             )
-        dtype = ring_dtype(self.schema.ring_bits)
-        total = np.zeros(self.layout.length, dtype=dtype)
-        for u in self.state.u3:
-            np.add(total, accepted[u].vector.astype(dtype, copy=False), out=total)
-        self.state.total = total
+        self.state.total = running.total_of(self.state.u3)
+        if self.config.consistency:
+            req = ConsistencyRequest(session_id=self.state.session_id, survivors=self.state.u3).to_bytes()
+            return Outgoing(Stage.CONSISTENCY_CHECK.value, dict.fromkeys(self.state.u3, req))
+        return self._unmask_requests(self.state.u3)
+
+    def _judge_complaints(self, accused: Mapping[int, set[int]], accepted: set[int]) -> set[int]:
+        """Who leaves the sum over complaints. The server cannot check a complaint (that needs the
+        channel key), so it relies on the threshold assumption: fewer than ``t`` clients collude. A
+        client accused by at least ``t`` others is excluded (one accuser at least is honest); a
+        complaint shared by fewer than ``t`` clients excludes the complainers, never the accused, so
+        colluding clients can exclude only themselves. A sender that garbles its shares to fewer than
+        ``t`` neighbours makes those neighbours leave (as in Bonawitz et al., where a client aborts on a
+        share it cannot decrypt)."""
+        t = self.params.threshold
+        removed: set[int] = set()
+        for v, by in sorted(accused.items()):
+            if len(by) >= t:
+                if v in accepted:
+                    self._exclude(
+                        v, f"InvalidMessage: its share ciphertexts failed authentication at {len(by)} clients"
+                    )
+                removed.add(v)
+                continue
+            for c in sorted(by):
+                removed.add(c)
+                self._exclude(
+                    c,
+                    f"InvalidMessage: complained about client {v} with {len(by)} complainer(s), fewer than "
+                    f"the threshold {t} that makes a complaint count; an unconfirmed complaint excludes the complainer",
+                )
+        return removed
+
+    def _split(self, u: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """The peers ``u`` masked with (and itself), split into survivors and dropped."""
+        masked_with = set(self.state.masked_with[u]) | {u}
+        return tuple(sorted(masked_with & set(self.state.u3))), tuple(
+            sorted(masked_with & set(self.state.dead))
+        )
+
+    def _unmask_requests(self, to: Iterable[int]) -> Outgoing:
         out = {}
-        dead = set(self.state.dead)
-        for u in self.state.u3:
-            masked_with = set(self.state.masked_with[u]) | {u}
-            out[u] = UnmaskRequest(
+        for u in to:
+            alive, dead = self._split(u)
+            out[u] = UnmaskRequest(session_id=self.state.session_id, alive=alive, dead=dead).to_bytes()
+        return Outgoing(Stage.UNMASKING.value, out)
+
+    def _after_consistency_check(self, replies: Sequence[tuple[int, bytes]]) -> Outgoing:
+        """Collect the survivors' signatures on U3; forward a quorum of them with the unmask requests."""
+        ph = Stage.CONSISTENCY_CHECK.value
+        assert self.directory is not None
+        t0 = time.perf_counter()
+        got = self._collect(ph, replies, ConsistencySignature, set(self.state.u3))
+        sigs = tuple(
+            sorted((c, m.signature) for c, m in got.items() if m.session_id == self.state.session_id)
+        )
+        signers = certified_signers(
+            self.directory, self.state.session_id, self.round_index, self.state.u3, sigs
+        )
+        for c in sorted(set(got) - signers):
+            self._exclude(c, "InvalidMessage: signature on the survivor set does not verify")
+        q = quorum(len(self.state.u1), self.params.threshold, self.config.corrupt_rate)
+        self._need(
+            len(signers) >= q,
+            f"{len(signers)} survivors signed the survivor set, fewer than the quorum {q}",
+            ph,
+        )
+        self.state.u4 = tuple(sorted(signers))
+        self.state.survivor_signatures = {c: s for c, s in sigs if c in signers}
+        # A quorum of signatures is the certificate (more would only cost bandwidth and client checks).
+        certificate = tuple(sorted(self.state.survivor_signatures.items()))[:q]
+        out = {}
+        for u in self.state.u4:
+            alive, dead = self._split(u)
+            out[u] = CertifiedUnmaskRequest(
                 session_id=self.state.session_id,
-                alive=tuple(sorted(masked_with & u3)),
-                dead=tuple(sorted(masked_with & dead)),
+                survivors=self.state.u3,
+                signatures=certificate,
+                alive=alive,
+                dead=dead,
             ).to_bytes()
+        self.state.consistency_seconds = time.perf_counter() - t0
         return Outgoing(Stage.UNMASKING.value, out)
 
     def _after_unmasking(self, replies: Sequence[tuple[int, bytes]]) -> Outgoing | None:
@@ -431,12 +483,13 @@ class SecAggPlusServer:
         t0 = time.perf_counter()
         c0 = time.process_time()
         u3, dead = set(self.state.u3), set(self.state.dead)
+        answering = set(self.state.u4) if self.config.consistency else u3
         counts: dict[int, int] = {}
         for c, _ in replies:
             counts[c] = counts.get(c, 0) + 1
         good: dict[int, Unmask] = {}
         for c, payload in replies:
-            if c not in u3 or c in self.state.unmask_rejected:
+            if c not in answering or c in self.state.unmask_rejected:
                 continue
             if counts[c] > 1:
                 self.state.unmask_rejected[c] = f"sent {counts[c]} unmask replies; all ignored"
@@ -486,7 +539,9 @@ class SecAggPlusServer:
             "expansions": float(len(self.state.u3) + sum(len(self._masked_with_dead(v)) for v in keys)),
         }
         if self.recipient is None:
-            self.state.result = release_ring(self.schema, self.layout, total, len(self.state.u3), ph)
+            self.state.result = release_ring(
+                self.schema, self.layout, total, len(self.state.u3), ph, self.config.min_contributors
+            )
             return None
         deliver = DeliverRequest(
             session_id=self.state.session_id,
@@ -501,123 +556,6 @@ class SecAggPlusServer:
         return None
 
     # -- reconstruction and unmasking ----------------------------------------------------------------
-
-    def _verify(self, kind: str, owner: int, secret: np.ndarray) -> bool:
-        if kind == "seed":
-            return commitment(self.state.session_id, owner, secret.tobytes()) == self.state.commitments.get(
-                owner
-            )
-        try:
-            pk = X25519PrivateKey.from_private_bytes(secret.tobytes()).public_key().public_bytes_raw()
-        except ValueError:
-            return False
-        return pk == self.state.keys[owner][1]
-
-    def _reconstruct_kind(
-        self, good: Mapping[int, Unmask], kind: str, owners: Sequence[int], phase: str
-    ) -> dict[int, np.ndarray]:
-        """Reconstruct the seeds (``kind="seed"``) or mask keys (``"key"``) of ``owners`` from the
-        accepted unmask replies.
-
-        Fast path: at least ``t`` responders that returned the same owner list (the complete graph)
-        give a ``(t, owners, limbs)`` array straight from their share matrices, reconstructed with one
-        cached Lagrange computation. Everything else (SecAgg+ neighbourhoods, verification failures)
-        goes through :meth:`_reconstruct_all`.
-        """
-        t = self.params.threshold
-        out: dict[int, np.ndarray] = {}
-        remaining = set(owners)
-        if not remaining:
-            return out
-        groups: dict[tuple[int, ...], list[int]] = {}
-        for c, msg in good.items():
-            groups.setdefault(msg.alive if kind == "seed" else msg.dead, []).append(c)
-        for ids, responders in groups.items():
-            todo = [i for i, o in enumerate(ids) if o in remaining]
-            if len(responders) < t or len(todo) < 2:
-                continue
-            chosen = sorted(responders, key=lambda w: self.x[w])[:t]
-            shares = np.stack(
-                [(good[w].seed_shares if kind == "seed" else good[w].key_shares)[todo] for w in chosen]
-            )
-            secrets, valid = _shamir.reconstruct([self.x[w] for w in chosen], shares)
-            for j, i in enumerate(todo):
-                o = ids[i]
-                if valid[j] and self._verify(kind, o, secrets[j]):
-                    out[o] = secrets[j].copy()
-                    remaining.discard(o)
-            wipe(secrets, shares)
-        if remaining:
-            holders: dict[int, dict[int, np.ndarray]] = {o: {} for o in remaining}
-            for c, msg in good.items():
-                ids, rows = (msg.alive, msg.seed_shares) if kind == "seed" else (msg.dead, msg.key_shares)
-                for i, o in enumerate(ids):
-                    if o in holders:
-                        holders[o][c] = rows[i]
-            out.update(self._reconstruct_all(holders, kind, phase))
-        return out
-
-    def _reconstruct_all(
-        self, holders: Mapping[int, Mapping[int, np.ndarray]], kind: str, phase: str
-    ) -> dict[int, np.ndarray]:
-        """Reconstruct every owner's secret from ``threshold`` holders; verify each against its
-        commitment (seeds) or advertised public key (mask keys), retrying other holder subsets on a
-        mismatch. Owners that share a holder set (complete graph) are reconstructed together with one
-        cached Lagrange computation; owners with their own holder sets (SecAgg+) in one vectorised
-        batch."""
-        t = self.params.threshold
-        groups: dict[tuple[int, ...], list[int]] = {}
-        for owner, hs in holders.items():
-            if len(hs) < t:
-                raise ThresholdError(
-                    f"only {len(hs)} share holders answered for the {kind} of client {owner}, fewer than the threshold {t}",
-                    party=SERVER,
-                    phase=phase,
-                )
-            chosen = tuple(sorted(hs, key=lambda w: self.x[w])[:t])
-            groups.setdefault(chosen, []).append(owner)
-        out: dict[int, np.ndarray] = {}
-        retry: list[int] = []
-
-        def accept(owners: Sequence[int], secrets: np.ndarray, valid: np.ndarray) -> None:
-            for i, o in enumerate(owners):
-                if valid[i] and self._verify(kind, o, secrets[i]):
-                    out[o] = secrets[i].copy()
-                else:
-                    retry.append(o)
-            wipe(secrets)
-
-        singles: list[tuple[tuple[int, ...], int]] = []
-        for chosen, owners in groups.items():
-            if len(owners) == 1:  # its own holder set (SecAgg+): batched below, a cache would not hit
-                singles.append((chosen, owners[0]))
-                continue
-            shares = np.stack([np.stack([holders[o][w] for o in owners]) for w in chosen])  # (t, S, LIMBS)
-            accept(owners, *_shamir.reconstruct([self.x[w] for w in chosen], shares))
-        if singles:
-            xs = np.array([[self.x[w] for w in chosen] for chosen, _ in singles], dtype=np.int64)
-            shares = np.stack(
-                [np.stack([holders[o][w] for w in chosen]) for chosen, o in singles]
-            )  # (G, t, L)
-            accept([o for _, o in singles], *_shamir.reconstruct_many(xs, shares))
-        for o in retry:
-            ranked = sorted(holders[o], key=lambda w: self.x[w])
-            for start in range(1, len(ranked) - t + 1):
-                sub = ranked[start : start + t]
-                sec, valid = _shamir.reconstruct(
-                    [self.x[w] for w in sub], np.stack([holders[o][w] for w in sub])[:, None, :]
-                )
-                if valid[0] and self._verify(kind, o, sec[0]):
-                    out[o] = sec[0].copy()
-                    break
-            else:
-                raise ThresholdError(
-                    f"no {t} consistent shares of the {kind} of client {o} among {len(hs)} holders (bad shares)",
-                    party=SERVER,
-                    phase=phase,
-                )
-            self.state.bad_shares[o] = f"{kind} reconstruction needed a second holder subset"
-        return out
 
     def _masked_with_dead(self, v: int) -> list[int]:
         """Survivors whose masked input carries a pairwise mask with the dropped client ``v``."""
@@ -634,27 +572,30 @@ class SecAggPlusServer:
         for v, sk in keys.items():
             jobs.append(("pair", (v, sk.tobytes())))
 
-        def work(chunk: list[tuple[str, Any]]) -> np.ndarray:
+        def work(chunk: list[tuple[str, Any]], acc: np.ndarray | None = None) -> np.ndarray:
+            """The masks of ``chunk`` added into a fresh accumulator, or removed from ``acc`` in place."""
             ex = MaskExpander(self.layout.length, self.schema.ring_bits, algorithm=self.config.prg)
-            acc = ex.zeros()
+            plus, minus = (ex.add, ex.subtract) if acc is None else (ex.subtract, ex.add)
+            if acc is None:
+                acc = ex.zeros()
             for kind, (owner, secret) in chunk:
                 if kind == "self":
-                    ex.add(acc, self_key(secret, sid, r, owner))
+                    plus(acc, self_key(secret, sid, r, owner))
                     continue
                 sk = X25519PrivateKey.from_private_bytes(secret)
                 for u in self._masked_with_dead(owner):
                     shared = sk.exchange(public[u])
                     key = pair_key(shared, sid, r, u, owner)
                     if owner > u:  # y_u holds +PRG(k_uv): remove it
-                        ex.add(acc, key)
+                        plus(acc, key)
                     else:
-                        ex.subtract(acc, key)
+                        minus(acc, key)
             return acc
 
         n_jobs = sum(1 if k == "self" else len(self._masked_with_dead(o)) for k, (o, _) in jobs)
         workers = min(self.workers, max(1, len(jobs)))
         if workers == 1 or n_jobs < 8:
-            np.subtract(total, work(jobs), out=total)
+            work(jobs, total)  # straight into the sum: no second accumulator
             return
         # Interleave so each thread gets a similar number of expansions.
         order = sorted(range(len(jobs)), key=lambda i: jobs[i][0] != "pair")
@@ -664,3 +605,37 @@ class SecAggPlusServer:
         with ThreadPoolExecutor(max_workers=workers) as pool:
             for acc in pool.map(work, chunks):
                 np.subtract(total, acc, out=total)
+
+
+class _RunningSum:
+    """:math:`\\sum_u y_u` wrapping in the ring's machine word, in one preallocated accumulator.
+
+    Each well-formed masked vector (a read-only view of the message bytes: no copy) is added as soon
+    as it is decoded, while it is in cache; :meth:`total_of` then removes the vectors of clients that
+    did not end up among the survivors (rare: malformed replies, complaints).
+    """
+
+    def __init__(self, length: int, ring_bits: int) -> None:
+        self.length = length
+        self.ring_bits = ring_bits
+        self.dtype = ring_dtype(ring_bits)
+        self.total = np.zeros(length, dtype=self.dtype)
+        self.vectors: dict[int, np.ndarray] = {}
+
+    def add(self, client: int, msg: Any) -> None:
+        vec = getattr(msg, "vector", None)
+        if isinstance(vec, np.ndarray) and vec.shape == (self.length,) and msg.ring_bits == self.ring_bits:
+            np.add(self.total, vec, out=self.total, dtype=self.dtype, casting="unsafe")
+            self.vectors[client] = vec
+
+    def total_of(self, survivors: Sequence[int]) -> np.ndarray:
+        """The sum of exactly the ``survivors``' vectors (each of which was added)."""
+        keep = set(survivors)
+        for c, vec in self.vectors.items():
+            if c not in keep:
+                np.subtract(self.total, vec, out=self.total, dtype=self.dtype, casting="unsafe")
+        missing = keep - set(self.vectors)
+        if missing:  # pragma: no cover - survivors are accepted, hence well-formed, hence added
+            raise ProtocolError(f"survivors {sorted(missing)} have no summed input")
+        self.vectors.clear()
+        return self.total

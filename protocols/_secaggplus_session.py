@@ -19,6 +19,7 @@ from securefgl.errors import ReleaseRefusedError
 from securefgl.protocols import _shamir
 from securefgl.protocols._harary import SecretSharingGraph
 from securefgl.protocols._prg import KEY_BYTES, RandomSource, derive_key
+from securefgl.protocols._release import check_sum_range, refuse_small_sum
 from securefgl.protocols.base import Sums
 from securefgl.protocols.encoding import SumSchema
 from securefgl.protocols.messages import AdvertiseRequest
@@ -72,7 +73,21 @@ class ClipLayout:
                 i += 1
         return out
 
-    def decode(self, limbs: np.ndarray) -> dict[str, int]:
+    def decode(self, limbs: np.ndarray, num_contributors: int | None = None) -> dict[str, int]:
+        """Per-block clip counts from the summed limbs; with ``num_contributors`` each limb sum must be
+        at most :math:`n (2^L - 1)` (honest limbs are below :math:`2^L`).
+
+        Raises:
+            ReleaseRefusedError: a limb sum beyond its maximum (a forged count).
+        """
+        if num_contributors is not None and limbs.size:
+            top = num_contributors * ((1 << self.limb_bits) - 1)
+            if int(np.max(limbs)) > top:
+                raise ReleaseRefusedError(
+                    f"a clip-count limb sums to more than n * (2^{self.limb_bits} - 1) = {top}: some input "
+                    "carried forged counts; nothing is released",
+                    phase="release",
+                )
         out: dict[str, int] = {}
         i = 0
         for name in self.names:
@@ -156,14 +171,16 @@ def wipe(*arrays: Any) -> None:
             a[:] = bytes(len(a))
 
 
-def release_ring(schema: SumSchema, layout: ClipLayout, ring: np.ndarray, n: int, phase: str) -> Sums:
-    """Decode an unmasked ring sum of ``n`` inputs (values and clip-count limbs) and apply the release rules."""
+def release_ring(
+    schema: SumSchema, layout: ClipLayout, ring: np.ndarray, n: int, phase: str, min_contributors: int = 1
+) -> Sums:
+    """Decode an unmasked ring sum of ``n`` inputs (values and clip-count limbs), check it is a sum that
+    ``n`` in-bound inputs can produce, and apply the release rules (at least ``min_contributors`` and
+    the schema's own minimum)."""
+    refuse_small_sum(n, min_contributors, schema.min_contributors, phase)
     data = ring[: layout.offset].astype(np.uint64)
-    clips = layout.decode(ring[layout.offset :])
-    if n < schema.min_contributors:
-        raise ReleaseRefusedError(
-            f"sum of {n} contributor(s) refused: the schema requires at least min_contributors={schema.min_contributors}",
-            phase=phase,
-        )
+    clips = layout.decode(ring[layout.offset :], n)
     values = schema.decode(data, n)
-    return schema.release(values, n, clips, schema.error_bound(n))
+    errors = schema.error_bound(n)
+    check_sum_range(schema.blocks, values, n, errors, clips, phase)
+    return schema.release(values, n, clips, errors)

@@ -11,10 +11,18 @@ from typing import Any
 import numpy as np
 import torch
 
-from securefgl.errors import EncodingError
+from securefgl.errors import ConfigError, EncodingError
 from securefgl.protocols._blocks import BlockSpec, dtype_name
+from securefgl.protocols._rounding import RoundingBits
 
-__all__ = ["to_numpy", "validate_block", "validate_contribution"]
+__all__ = [
+    "check_names",
+    "fast_real_input",
+    "rounding_source",
+    "to_numpy",
+    "validate_block",
+    "validate_contribution",
+]
 
 
 def to_numpy(name: str, value: Any) -> np.ndarray:
@@ -124,6 +132,22 @@ def validate_contribution(
     Raises:
         EncodingError: naming the block, what was expected and what was received.
     """
+    check_names(names, contribution)
+    parts: list[np.ndarray] = []
+    clips: dict[str, int] = {}
+    for spec in blocks:
+        vals, n_clip = validate_block(spec, contribution[spec.name])
+        parts.append(vals)
+        clips[spec.name] = n_clip
+    return parts, clips
+
+
+def check_names(names: Sequence[str], contribution: Any) -> None:
+    """A contribution is a mapping with exactly the blocks ``names``.
+
+    Raises:
+        EncodingError: not a mapping, or missing/unexpected block names.
+    """
     if not isinstance(contribution, Mapping):
         raise EncodingError(
             f"a contribution must be a mapping of block name to tensor, received {type(contribution).__name__}"
@@ -136,10 +160,36 @@ def validate_contribution(
             f"contribution blocks do not match the schema: missing {missing}, unexpected {unexpected}; "
             f"expected exactly {list(names)}"
         )
-    parts: list[np.ndarray] = []
-    clips: dict[str, int] = {}
-    for spec in blocks:
-        vals, n_clip = validate_block(spec, contribution[spec.name])
-        parts.append(vals)
-        clips[spec.name] = n_clip
-    return parts, clips
+
+
+def fast_real_input(spec: BlockSpec, value: Any, scale: float) -> np.ndarray | None:
+    """The flat ``float32``/``float64`` values of a real block that the fused encoder can take as they
+    are (right shape, scale :math:`\\ge 1`), or ``None`` (then :func:`validate_block` decides)."""
+    if scale < 1.0 or not isinstance(value, (torch.Tensor, np.ndarray)):
+        return None
+    try:
+        arr = to_numpy(spec.name, value)
+    except EncodingError:
+        return None
+    if tuple(arr.shape) != spec.shape or arr.dtype not in (np.float32, np.float64):
+        return None
+    return np.ascontiguousarray(arr.reshape(-1))
+
+
+def rounding_source(rng: Any) -> RoundingBits:
+    """The rounding bits for an ``rng`` argument: ``None`` -> fresh OS-keyed :class:`RoundingBits`; a
+    ``RoundingBits`` as is; a ``numpy.random.Generator`` (tests only) -> an insecure stream seeded
+    with 32 bytes from it.
+
+    Raises:
+        ConfigError: anything else.
+    """
+    if rng is None:
+        return RoundingBits()
+    if isinstance(rng, RoundingBits):
+        return rng
+    if isinstance(rng, np.random.Generator):
+        return RoundingBits.insecure_seeded(rng.bytes(32), "numpy-generator")
+    raise ConfigError(
+        f"rng must be a RoundingBits (or, in tests, a numpy.random.Generator), got {type(rng).__name__}"
+    )

@@ -134,6 +134,7 @@ from securefgl.protocols._ckks_params import (
 )
 from securefgl.protocols._ckks_server import CKKSServer
 from securefgl.protocols._parties import check_clients, client_contexts
+from securefgl.protocols._release import DEFAULT_MIN_CONTRIBUTORS, check_min_contributors
 from securefgl.protocols.base import SERVER, Contribution, DropoutPlan, Protocol, Sums, Transcript
 from securefgl.protocols.encoding import SumSchema, default_rng
 from securefgl.protocols.router import Interceptor, Router
@@ -182,7 +183,9 @@ class CKKSAggregation(Protocol):
         record_views: bool = True,
         interceptor: Interceptor | None = None,
         rng: np.random.Generator | None = None,
+        min_contributors: int = DEFAULT_MIN_CONTRIBUTORS,
     ) -> None:
+        self.min_contributors = check_min_contributors(min_contributors)
         if poly_modulus_degree not in MAX_COEFF_BITS:
             raise ConfigError(
                 f"poly_modulus_degree must be one of {sorted(MAX_COEFF_BITS)}, got {poly_modulus_degree!r}"
@@ -258,7 +261,8 @@ class CKKSAggregation(Protocol):
             OverflowRiskError: more contributions than ``schema.max_clients``.
             ThresholdError: nobody generated keys, nobody uploaded, or no key holder is alive to decrypt
                 (nothing revealed).
-            ReleaseRefusedError: fewer contributors than ``schema.min_contributors`` (not decrypted).
+            ReleaseRefusedError: fewer contributors than ``min_contributors`` (default 2) or the
+                schema's minimum (not decrypted); a decrypted sum beyond ``n * bound`` (not released).
             ProtocolError: the decryptor aborted, e.g. a decrypted sum failed its integrity checks
                 (nothing released).
         """
@@ -282,10 +286,27 @@ class CKKSAggregation(Protocol):
             recipient=SERVER if recipient is None else recipient,
         )
         server = CKKSServer(
-            schema, params, clients, round_index, recipient, self.key_holders, self.key_generator, t
+            schema,
+            params,
+            clients,
+            round_index,
+            recipient,
+            self.key_holders,
+            self.key_generator,
+            t,
+            min_contributors=self.min_contributors,
         )
         parties = {
-            c: CKKSClient(c, schema, params, contributions[c], round_index, contexts[c], self.save_secret_key)
+            c: CKKSClient(
+                c,
+                schema,
+                params,
+                contributions[c],
+                round_index,
+                contexts[c],
+                self.save_secret_key,
+                min_contributors=self.min_contributors,
+            )
             for c in clients
         }
         try:

@@ -39,9 +39,14 @@ any number :math:`n' \\in [m, N]` of noise shares (:math:`N` = ``schema.max_clie
         \\frac{\\alpha}{2}\\Big(\\frac{\\Delta_b}{\\sqrt{m}\\,\\sigma_b} + \\tau_b\\sqrt{d_b}\\Big)^2 \\Big\\},
     \\qquad \\tau_b = 10 \\sum_{k=1}^{N-1} e^{-2\\pi^2 \\sigma_b^2 k/(k+1)}.
 
-Client sampling with rate :math:`q < 1` uses the general Poisson-subsampling RDP bound of Zhu and Wang
-(ICML 2019, Thm. 6; integer orders), applied to the whole round (all sums with the same
-``round_index`` share one sample); rounds compose additively and RDP is converted to
+Client sampling with rate :math:`q < 1` is amplified only with ``sampler="poisson"``: each client
+decides its own participation with probability :math:`q` from client-side randomness (as DP-FTRL and
+TFF's DP-FedAvg assume), and the round uses the general Poisson-subsampling RDP bound of Zhu and Wang
+(ICML 2019, Thm. 6; integer orders) under add/remove adjacency of one client, applied to the whole round
+(all sums with the same ``round_index`` share one sample). With ``sampler="server"`` (the default: the
+server draws the cohort, e.g. a fixed-size sample from its own generator) no amplification is claimed:
+every round composes at :math:`q = 1` under zero-out adjacency (one client's contribution replaced by
+zeros; the sensitivity is the clip norm, as for add/remove). Rounds compose additively and RDP is converted to
 :math:`(\\varepsilon, \\delta)` with Opacus's ``get_privacy_spent`` (Balle et al. 2020). With
 :math:`q = 1` the round RDP is exactly Opacus's Gaussian RDP for :math:`z` plus the tiny
 :math:`\\tau` terms, so the epsilon equals Opacus's ``RDPAccountant`` for the same
@@ -140,6 +145,14 @@ class _Ledger:
 _INT_GRID = np.arange(2, int(max(RDP_ORDERS_INT)) + 1, dtype=np.float64)
 
 
+#: Client samplers the accountant knows, and the adjacency each analysis uses.
+SAMPLERS: tuple[str, ...] = ("server", "poisson")
+ADJACENCY: dict[str, str] = {
+    "server": "zero-out of one client's contribution (sensitivity = clip norm); no amplification",
+    "poisson": "add/remove of one client (Poisson subsampling, as Opacus's RDP accountant)",
+}
+
+
 class DistributedDP(Protocol):
     """Distributed discrete Gaussian noise inside any protocol's sum, with client-level accounting.
 
@@ -169,6 +182,9 @@ class DistributedDP(Protocol):
         delta: target delta, in :math:`(0, 1)`. (default: ``1e-5``)
         rounds: the number of rounds the budget must last (needed with ``epsilon``). (default: ``None``)
         sample_rate: the client-sampling probability :math:`q` per round, in :math:`(0, 1]`. (default: ``1``)
+        sampler: who samples the clients: ``"server"`` (the server draws the cohort; no amplification is
+            reported) or ``"poisson"`` (each client joins with probability ``sample_rate`` using its own
+            randomness; epsilon amplified by Poisson subsampling). (default: ``"server"``)
         beta: conditional-rounding parameter :math:`\\beta \\in [0, 1)`. (default: :math:`e^{-1/2}`)
         insecure_seed: INSECURE, tests only: derive every noise key from this seed. (default: ``None``)
 
@@ -178,7 +194,12 @@ class DistributedDP(Protocol):
     """
 
     name: ClassVar[str] = "dp"
-    reveals_individual_inputs: ClassVar[bool] = False
+
+    @property
+    def reveals_individual_inputs(self) -> bool:  # type: ignore[override]
+        """Whatever the inner protocol reveals: noise shares do not hide an input from the server that
+        sees it (``plaintext+dp`` reveals every input)."""
+        return bool(self.base.reveals_individual_inputs)
 
     def __init__(
         self,
@@ -191,6 +212,7 @@ class DistributedDP(Protocol):
         delta: float = 1e-5,
         rounds: int | None = None,
         sample_rate: float = 1.0,
+        sampler: str = "server",
         beta: float = DEFAULT_BETA,
         insecure_seed: int | None = None,
     ) -> None:
@@ -247,6 +269,9 @@ class DistributedDP(Protocol):
         self.delta = check_delta(delta)
         self.rounds = None if rounds is None else int(rounds)
         self.sample_rate = check_sample_rate(sample_rate)
+        if sampler not in SAMPLERS:
+            raise ConfigError(f"sampler must be one of {list(SAMPLERS)}, got {sampler!r}")
+        self.sampler = str(sampler)
         self.beta = float(beta)
         self._insecure_seed = insecure_seed
         self._plans: dict[bytes, _SchemaPlan] = {}
@@ -266,7 +291,7 @@ class DistributedDP(Protocol):
         )
         return (
             f"DistributedDP({self.base!r}, min_contributors={self.min_contributors}, {how}, "
-            f"delta={self.delta:g}, sample_rate={self.sample_rate:g})"
+            f"delta={self.delta:g}, sample_rate={self.sample_rate:g}, sampler={self.sampler!r})"
         )
 
     @staticmethod
@@ -418,7 +443,7 @@ class DistributedDP(Protocol):
             return ddg_epsilon(
                 list(blocks_for(z).values()),
                 rounds=self.rounds or 1,
-                sample_rate=self.sample_rate,
+                sample_rate=self.accounting_rate,
                 delta=self.delta,
                 min_shares=self.min_contributors,
                 max_shares=max_shares,
@@ -444,16 +469,23 @@ class DistributedDP(Protocol):
 
     # -- accounting -------------------------------------------------------------------------------------
 
+    @property
+    def accounting_rate(self) -> float:
+        """The sampling rate the accountant amplifies by: ``sample_rate`` for Poisson sampling by the
+        clients, 1 for a cohort the server draws (never an amplified figure for a server-run sampler)."""
+        return self.sample_rate if self.sampler == "poisson" else 1.0
+
     def _report(self, plan: _SchemaPlan | None = None, inner_threshold: int | None = None) -> PrivacyReport:
         led = self._ledger
-        if self.sample_rate >= 1.0:
+        q = self.accounting_rate
+        if q >= 1.0:
             orders: tuple[float, ...] = RDP_ORDERS_Q1
             total = sum(led.rounds_q1.values(), np.zeros(len(orders)))
         else:
             orders = RDP_ORDERS_INT
             total = np.zeros(len(orders))
             for curve in led.rounds_int.values():
-                total = total + poisson_subsampled_rdp(curve, orders, self.sample_rate)
+                total = total + poisson_subsampled_rdp(curve, orders, q)
         if led.rounds_q1:
             eps, best, edge = epsilon_from_rdp(orders, total, self.delta)
         else:
@@ -475,7 +507,7 @@ class DistributedDP(Protocol):
             mechanism="distributed discrete Gaussian (Kairouz, Liu, Steinke 2021)",
             accountant=(
                 "RDP: DDG bound (Prop. 14/Thm. 1)"
-                + (" + Poisson subsampling (Zhu-Wang 2019, Thm. 6)" if self.sample_rate < 1 else "")
+                + (" + Poisson subsampling (Zhu-Wang 2019, Thm. 6)" if q < 1 else "")
                 + "; RDP -> (eps, delta) by opacus get_privacy_spent"
             ),
             epsilon=eps,
@@ -483,6 +515,9 @@ class DistributedDP(Protocol):
             epsilon_participation_visible=worst,
             rounds=len(led.rounds_q1),
             sample_rate=self.sample_rate,
+            sampler=self.sampler,
+            adjacency=ADJACENCY[self.sampler],
+            amplified=q < 1,
             noise_multiplier=z,
             min_contributors=self.min_contributors,
             noise_std=noise_std,

@@ -24,7 +24,13 @@ Encoding (per block :math:`b` with public bound :math:`B_b`, scale :math:`s_b = 
     \\mathrm{dec}(r) = \\mathrm{lift}(r) / s_b,\\qquad
     \\mathrm{lift}(r) = r - 2^k\\,\\mathbb{1}[r \\ge 2^{k-1}].
 
-Stochastic rounding is unbiased, :math:`\\mathbb{E}[\\mathrm{SR}(y)] = y`. Real blocks use the
+Stochastic rounding is unbiased, :math:`\\mathbb{E}[\\mathrm{SR}(y)] = y`: the uniform :math:`u` is
+:math:`w` bits of an AES-256-CTR keystream under a key from the OS CSPRNG (:class:`RoundingBits`; never a
+numpy or torch generator), :math:`w = 32` for ``float32`` input (rounded in ``float32``) and
+:math:`w = 64` for ``float64``, so the expectation is exact whenever :math:`y` has at most :math:`w`
+fractional bits (every :math:`|y| \\ge 2^{-9}` for ``float32``, :math:`2^{-12}` for ``float64``) and
+off by less than :math:`2^{-w}` of a step otherwise. Encoding, rounding and writing into the ring words is one fused pass over chunks
+(:meth:`SumSchema.encode_into`). Real blocks use the
 largest power-of-two step :math:`\\Delta = 2^{-f} \\le` ``precision``; count blocks are integers in
 :math:`[0, B_b]` with :math:`s_b = 1` (exact). With :math:`M_b = \\lceil s_b B_b \\rceil` the largest
 encoded magnitude of one element, the sum over at most ``max_clients`` :math:`=N` clients lies in
@@ -78,12 +84,21 @@ from securefgl.protocols._ring import (
     ring_sub,
     ring_sum,
 )
-from securefgl.protocols._validation import to_numpy, validate_contribution
+from securefgl.protocols._rounding import RoundingBits, encode_real_into
+from securefgl.protocols._validation import (
+    check_names,
+    fast_real_input,
+    rounding_source,
+    to_numpy,
+    validate_block,
+    validate_contribution,
+)
 from securefgl.protocols.sums import Sums
 
 __all__ = [
     "BlockSpec",
     "EncodedVector",
+    "RoundingBits",
     "SumSchema",
     "centred_lift",
     "default_rng",
@@ -315,14 +330,16 @@ class SumSchema:
     # -- ring encoding --------------------------------------------------------------------------------
 
     def encode(
-        self, contribution: Mapping[str, Any], rng: np.random.Generator | None = None
+        self, contribution: Mapping[str, Any], rng: RoundingBits | np.random.Generator | None = None
     ) -> EncodedVector:
         """Validate, clip and encode a contribution as ring elements with unbiased stochastic rounding.
 
         Args:
             contribution: block name -> tensor/array, exactly the schema's blocks and shapes.
-            rng: the generator for stochastic rounding (default: :func:`default_rng`, seeded from
-                ``os.urandom``).
+            rng: the rounding bits (default: a fresh :class:`RoundingBits`, an AES-256-CTR keystream
+                under a key from ``os.urandom``). A ``numpy.random.Generator`` is accepted for
+                reproducible tests only: it seeds an insecure :meth:`RoundingBits.insecure_seeded`
+                stream (32 bytes drawn from it); the bits never come from numpy.
 
         Returns:
             The encoded vector (``uint64``, ``(length,)``, values ``< modulus``) and the clip counts.
@@ -330,26 +347,53 @@ class SumSchema:
         Raises:
             EncodingError: as :meth:`pack`.
         """
-        parts, clips = self._validated(contribution)
-        if rng is None:
-            rng = default_rng()
-        elif not isinstance(rng, np.random.Generator):
-            raise ConfigError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
-        ints = np.empty(self.length, dtype=np.int64)
-        for spec, vals in zip(self.blocks, parts, strict=True):
-            sl = self.slices[spec.name]
-            if spec.kind == "count":
-                ints[sl] = vals
-                continue
-            y = vals
-            y *= self.scales[spec.name]  # exact: power of two
-            fl = np.floor(y)
-            frac = y - fl
-            up = rng.random(y.shape[0]) < frac
-            fl += up
-            ints[sl] = fl.astype(np.int64)
-        data = ring_from_signed(ints, self.ring_bits, out=ints.view(np.uint64))
+        bits = rounding_source(rng)
+        data = np.empty(self.length, dtype=np.uint64)
+        clips = self.encode_into(contribution, data, bits)
+        ring_reduce(data, self.ring_bits, out=data)
         return EncodedVector(data=data, clip_counts=clips)
+
+    def encode_into(
+        self, contribution: Mapping[str, Any], out: np.ndarray, bits: RoundingBits
+    ) -> dict[str, int]:
+        """Hazmat: validate, clip and encode into the ring words ``out``, in one fused pass per block.
+
+        ``out`` (``uint32`` for rings of at most 32 bits, or ``uint64``; ``(length,)``, C-contiguous)
+        receives the encodings as two's-complement words, *not reduced* mod :math:`2^k`: the caller
+        reduces once (e.g. after adding masks). ``float32`` and ``float64`` real blocks within their
+        bound are encoded straight from the input (``float32`` never goes through ``float64``); other
+        blocks, or blocks with values to clip or reject, go through :meth:`validate` first.
+
+        Returns:
+            block name -> number of clipped elements.
+
+        Raises:
+            EncodingError: as :meth:`pack`.
+        """
+        check_names(self.names, contribution)
+        if not isinstance(out, np.ndarray) or out.dtype not in (np.uint32, np.uint64):
+            raise EncodingError("encode_into needs a uint32 or uint64 output array")
+        if out.shape != (self.length,) or not out.flags.c_contiguous:
+            raise EncodingError(f"encode_into needs a contiguous ({self.length},) array, got {out.shape}")
+        if out.dtype == np.uint32 and self.ring_bits > 32:
+            raise EncodingError(f"a {self.ring_bits}-bit ring needs uint64 words")
+        words = out.view(np.int32 if out.dtype == np.uint32 else np.int64)
+        clips: dict[str, int] = {}
+        for spec in self.blocks:
+            dst = words[self.slices[spec.name]]
+            value = contribution[spec.name]
+            scale = self.scales[spec.name]
+            if spec.kind == "real":
+                fast = fast_real_input(spec, value, scale)
+                if fast is not None and encode_real_into(fast, scale, dst, bits, spec.bound):
+                    clips[spec.name] = 0
+                    continue
+            vals, clips[spec.name] = validate_block(spec, value)
+            if spec.kind == "real":
+                encode_real_into(vals, scale, dst, bits, None)
+            else:
+                np.copyto(dst, vals, casting="unsafe")
+        return clips
 
     def decode(self, ring_sum: np.ndarray, num_contributors: int) -> dict[str, torch.Tensor]:
         """Decode a ring sum of ``num_contributors`` encodings into named tensors (declared dtypes).

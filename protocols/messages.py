@@ -125,7 +125,7 @@ class Field:
     def check(self, value: Any, name: str, msg: Any) -> Any:
         raise NotImplementedError
 
-    def put(self, value: Any, out: list[bytes], msg: Any) -> None:
+    def put(self, value: Any, out: list[bytes | memoryview], msg: Any) -> None:
         raise NotImplementedError
 
     def get(self, r: _Reader, got: Mapping[str, Any], name: str) -> Any:
@@ -141,7 +141,7 @@ class Int(Field):
     def check(self, value: Any, name: str, msg: Any) -> int:
         return _int_in(value, 0, self.hi, name)
 
-    def put(self, value: int, out: list[bytes], msg: Any) -> None:
+    def put(self, value: int, out: list[bytes | memoryview], msg: Any) -> None:
         out.append(self.fmt.pack(value))
 
     def get(self, r: _Reader, got: Mapping[str, Any], name: str) -> int:
@@ -154,7 +154,7 @@ class OptionalId(Field):
     def check(self, value: Any, name: str, msg: Any) -> int | None:
         return None if value is None else _int_in(value, 0, _U32_MAX - 1, name)
 
-    def put(self, value: int | None, out: list[bytes], msg: Any) -> None:
+    def put(self, value: int | None, out: list[bytes | memoryview], msg: Any) -> None:
         out.append(U32.pack(_NONE_U32 if value is None else value))
 
     def get(self, r: _Reader, got: Mapping[str, Any], name: str) -> int | None:
@@ -175,7 +175,7 @@ class Fixed(Field):
             )
         return bytes(value)
 
-    def put(self, value: bytes, out: list[bytes], msg: Any) -> None:
+    def put(self, value: bytes, out: list[bytes | memoryview], msg: Any) -> None:
         out.append(value)
 
     def get(self, r: _Reader, got: Mapping[str, Any], name: str) -> bytes:
@@ -193,7 +193,7 @@ class Blob(Field):
             raise MalformedMessageError(f"field {name!r} must be bytes of at most {self.max_len} bytes")
         return bytes(value)
 
-    def put(self, value: bytes, out: list[bytes], msg: Any) -> None:
+    def put(self, value: bytes, out: list[bytes | memoryview], msg: Any) -> None:
         out.append(U32.pack(len(value)) + value)
 
     def get(self, r: _Reader, got: Mapping[str, Any], name: str) -> bytes:
@@ -214,7 +214,7 @@ class Text(Field):
             raise MalformedMessageError(f"field {name!r} must be a str of at most {self.max_len} UTF-8 bytes")
         return value
 
-    def put(self, value: str, out: list[bytes], msg: Any) -> None:
+    def put(self, value: str, out: list[bytes | memoryview], msg: Any) -> None:
         raw = value.encode("utf-8", "replace")
         out.append(U16.pack(len(raw)) + raw)
 
@@ -234,7 +234,7 @@ class IdList(Field):
     def check(self, value: Any, name: str, msg: Any) -> tuple[int, ...]:
         return tuple(_int_in(v, 0, _U32_MAX - 1, name) for v in value)
 
-    def put(self, value: tuple[int, ...], out: list[bytes], msg: Any) -> None:
+    def put(self, value: tuple[int, ...], out: list[bytes | memoryview], msg: Any) -> None:
         out.append(U32.pack(len(value)) + np.asarray(value, dtype=">u4").tobytes())
 
     def get(self, r: _Reader, got: Mapping[str, Any], name: str) -> tuple[int, ...]:
@@ -263,7 +263,9 @@ class KeyTable(Field):
             )
         return tuple(rows)
 
-    def put(self, value: tuple[tuple[int, bytes, bytes], ...], out: list[bytes], msg: Any) -> None:
+    def put(
+        self, value: tuple[tuple[int, bytes, bytes], ...], out: list[bytes | memoryview], msg: Any
+    ) -> None:
         out.append(U32.pack(len(value)) + b"".join(self._ROW.pack(*row) for row in value))
 
     def get(self, r: _Reader, got: Mapping[str, Any], name: str) -> tuple[tuple[int, bytes, bytes], ...]:
@@ -287,7 +289,7 @@ class Envelopes(Field):
             (_int_in(p, 0, _U32_MAX - 1, name), Blob(self.max_len).check(c, name, msg)) for p, c in value
         )
 
-    def put(self, value: tuple[tuple[int, bytes], ...], out: list[bytes], msg: Any) -> None:
+    def put(self, value: tuple[tuple[int, bytes], ...], out: list[bytes | memoryview], msg: Any) -> None:
         out.append(U32.pack(len(value)))
         out.extend(U32.pack(p) + U32.pack(len(c)) + c for p, c in value)
 
@@ -307,7 +309,9 @@ class RingVector(Field):
     """A vector of ring elements of ``bits`` bits (``bits`` is the message's ``ring_bits`` field).
 
     Wire form: ``u64 count`` then ``count`` little-endian integers of ``ceil(bits/8)`` bytes. Decoded as
-    uint32 when ``bits <= 32``, else uint64; every element must be below :math:`2^{bits}`.
+    uint32 when ``bits <= 32``, else uint64; every element must be below :math:`2^{bits}`. When the width
+    is a whole word (32 or 64 bits) the decoded array is a read-only view of the message
+    bytes, not a copy; copy it before writing to it.
     """
 
     def __init__(self, bits_field: str = "ring_bits") -> None:
@@ -321,17 +325,18 @@ class RingVector(Field):
         bits = getattr(msg, self.bits_field)
         if not isinstance(value, np.ndarray) or value.ndim != 1 or value.dtype.kind != "u":
             raise MalformedMessageError(f"field {name!r} must be a 1-D unsigned integer array")
-        if value.size and bits < 64 and int(value.max()) >> bits:
+        if value.size and bits < 8 * value.dtype.itemsize and int(value.max()) >> bits:
             raise MalformedMessageError(f"field {name!r} has elements >= 2^{bits}")
         return value
 
-    def put(self, value: np.ndarray, out: list[bytes], msg: Any) -> None:
+    def put(self, value: np.ndarray, out: list[bytes | memoryview], msg: Any) -> None:
         bits = getattr(msg, self.bits_field)
         width = -(-bits // 8)
         out.append(U64.pack(value.size))
         arr = np.ascontiguousarray(value.astype(self._dtype(bits), copy=False))
         if width == arr.dtype.itemsize:
-            out.append(arr.tobytes())
+            # bytes.join reads the buffer directly: one copy into the message, not two
+            out.append(arr.tobytes() if not arr.dtype.isnative else arr.data.cast("B"))
         else:
             out.append(arr.view(np.uint8).reshape(-1, arr.dtype.itemsize)[:, :width].tobytes())
 
@@ -348,14 +353,15 @@ class RingVector(Field):
         raw = r.take(count * width)
         dtype = self._dtype(bits)
         if width == dtype.itemsize:
-            arr = np.frombuffer(raw, dtype=dtype).astype(dtype.newbyteorder("="), copy=True)
+            # a read-only view of the received bytes (no copy; the server sums it in place)
+            arr = np.frombuffer(raw, dtype=dtype)
+            if not arr.dtype.isnative:  # pragma: no cover - big-endian hosts only
+                arr = arr.astype(dtype.newbyteorder("="))
         else:
             buf = np.zeros((count, dtype.itemsize), dtype=np.uint8)
             buf[:, :width] = np.frombuffer(raw, dtype=np.uint8).reshape(count, width)
             arr = buf.view(dtype).reshape(count).astype(dtype.newbyteorder("="), copy=False)
-        if count and bits < 8 * dtype.itemsize and int(arr.max()) >> bits:
-            raise MalformedMessageError(f"field {name!r} has elements >= 2^{bits}")
-        return arr
+        return arr  # the range check (elements < 2^bits) runs once, in ``check``, on construction
 
 
 class ShareMatrix(Field):
@@ -368,7 +374,7 @@ class ShareMatrix(Field):
             raise MalformedMessageError(f"field {name!r} has values outside [0, {PRIME})")
         return value.astype(np.uint32)
 
-    def put(self, value: np.ndarray, out: list[bytes], msg: Any) -> None:
+    def put(self, value: np.ndarray, out: list[bytes | memoryview], msg: Any) -> None:
         out.append(U32.pack(value.shape[0]) + U32.pack(value.shape[1]))
         out.append(np.ascontiguousarray(value, dtype="<u4").tobytes())
 
@@ -410,7 +416,7 @@ class Message:
 
     def to_bytes(self) -> bytes:
         """The wire encoding of this message."""
-        out = [_HEADER.pack(MAGIC, WIRE_VERSION, self.TYPE)]
+        out: list[bytes | memoryview] = [_HEADER.pack(MAGIC, WIRE_VERSION, self.TYPE)]
         for f in fields(self):
             self.FIELDS[f.name].put(getattr(self, f.name), out, self)
         return b"".join(out)

@@ -39,6 +39,7 @@ from securefgl.errors import (
     ThresholdError,
 )
 from securefgl.protocols._parties import check_clients, client_contexts
+from securefgl.protocols._release import check_min_contributors, refuse_small_sum
 from securefgl.protocols.base import SERVER, Contribution, DropoutPlan, Protocol, Sums, Transcript
 from securefgl.protocols.encoding import SumSchema, default_rng
 from securefgl.protocols.messages import (
@@ -406,6 +407,10 @@ class PlaintextAggregation(Protocol):
         record_views: keep every message in the transcript's views (the attack harness reads
             ``views[SERVER]``). (default: ``True``)
         rng: generator used only to resolve ``"any"`` entries of a dropout plan (default: OS-seeded).
+        min_contributors: the fewest inputs a released sum may hold (with the schema's rule). Unlike the
+            secure protocols (default 2) the default is 1: the server sees every input anyway, so a
+            minimum protects nothing, and single-client runs (Local, Centralized) are legitimate.
+            (default: ``1``)
 
     Shapes:
         Contributions: as declared by the schema; the wire vector is ``(schema.length,)`` float64.
@@ -424,9 +429,12 @@ class PlaintextAggregation(Protocol):
     stages: ClassVar[tuple[str, ...]] = STAGES
     input_phase: ClassVar[str] = "input"
 
-    def __init__(self, *, record_views: bool = True, rng: np.random.Generator | None = None) -> None:
+    def __init__(
+        self, *, record_views: bool = True, rng: np.random.Generator | None = None, min_contributors: int = 1
+    ) -> None:
         self.record_views = bool(record_views)
         self._rng = rng
+        self.min_contributors = check_min_contributors(min_contributors)
 
     def aggregate(
         self,
@@ -466,6 +474,9 @@ class PlaintextAggregation(Protocol):
         Router(transcript, dropouts=plan, record_views=self.record_views).run(server, parties)
 
         transcript.survivors = server.survivors
+        refuse_small_sum(
+            len(server.survivors), self.min_contributors, schema.min_contributors, "release", SERVER
+        )
         transcript.clip_counts = dict(server.clip_counts)
         transcript.extra["server_sees_individual_inputs"] = True
         n = len(server.survivors)

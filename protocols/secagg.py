@@ -9,10 +9,15 @@ documented there.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from typing import ClassVar, Literal
 
 import numpy as np
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from securefgl.protocols._identity import IdentityDirectory
+from securefgl.protocols._release import DEFAULT_MIN_CONTRIBUTORS
 from securefgl.protocols.router import Interceptor
 from securefgl.protocols.secaggplus import SecAggPlus
 
@@ -33,7 +38,9 @@ class SecAgg(SecAggPlus):
         corrupt_rate: fraction of clients assumed to collude with the server (raises the default
             threshold only). (default: ``0.0``)
         adversary: ``"curious"`` or ``"semi-malicious"`` (the latter needs :math:`t > (n + \\gamma n)/2`).
-        prg, record_views, workers, rng, interceptor, insecure_seed: as :class:`SecAggPlus`.
+        prg, record_views, workers, rng, interceptor, consistency_check, insecure_low_threshold,
+            min_contributors, identities, identity_keys, insecure_seed: as :class:`SecAggPlus`. A threshold at or below
+            :math:`n/2` is refused unless ``insecure_low_threshold=True``.
 
     Security:
         As :class:`SecAggPlus` with one neighbourhood of all :math:`n` clients: the server and fewer than
@@ -56,6 +63,11 @@ class SecAgg(SecAggPlus):
         workers: int | None = None,
         rng: np.random.Generator | None = None,
         interceptor: Interceptor | None = None,
+        consistency_check: bool | None = None,
+        insecure_low_threshold: bool = False,
+        min_contributors: int = DEFAULT_MIN_CONTRIBUTORS,
+        identities: IdentityDirectory | str | os.PathLike[str] | None = None,
+        identity_keys: Mapping[int, Ed25519PrivateKey] | None = None,
         insecure_seed: bytes | int | None = None,
     ) -> None:
         super().__init__(
@@ -69,5 +81,10 @@ class SecAgg(SecAggPlus):
             workers=workers,
             rng=rng,
             interceptor=interceptor,
+            consistency_check=consistency_check,
+            insecure_low_threshold=insecure_low_threshold,
+            min_contributors=min_contributors,
+            identities=identities,
+            identity_keys=identity_keys,
             insecure_seed=insecure_seed,
         )

@@ -44,6 +44,13 @@ Stages (:class:`Stage`, in this order; messages in :mod:`securefgl.protocols.mes
    \\mathrm{PRG}(k_{uv}) = \\sum_{u \\in U_3} x_u`.
 5. ``deliver`` (designated-recipient mode only): see below.
 
+With ``consistency_check`` (on by default for ``adversary="semi-malicious"``, a server that may lie
+about who dropped), a ``consistency_check`` stage runs between 3 and 4 (Bonawitz et al. 2017, §4;
+:mod:`~securefgl.protocols._consistency`): every survivor signs ``(sid, round, U_3)`` with its Ed25519
+identity key and answers the unmask request only if a quorum of survivors signed the very set it
+signed and the request splits its neighbours by that set. With identities (a directory from
+configuration), advertised keys are signed too, so the server cannot substitute them.
+
 Designated-recipient mode (``recipient=r``; FedStruct's receiver-blinded sums): every contributor
 :math:`u` also adds a *recipient pad* :math:`\\mathrm{PRG}(p_{ur})`, :math:`p_{ur} =
 \\mathrm{HKDF}(\\mathrm{X25519}(c^{sk}_u, c^{pk}_r), \\text{"recipient-pad"}, \\text{sid}, (u, r))`. The
@@ -67,9 +74,12 @@ Security:
     sending its input. Dropouts at any stage are tolerated as long as every needed secret keeps
     :math:`t` live holders; otherwise the server aborts with ThresholdError *before* asking for any
     share. A client that sends garbled, replayed, duplicated or misauthenticated messages is excluded
-    like a dropped one and the sum over the others stays exact. Not protected: the released sum itself
-    (see the attack harness), a server that lies about dropouts to a semi-malicious degree (no
-    consistency round or signatures: use the semi-malicious graph parameters and a PKI for that).
+    like a dropped one and the sum over the others stays exact; a complaint about a share excludes the
+    accused only when ``t`` clients make it, otherwise it excludes the complainers. No sum of fewer
+    than ``min_contributors`` (default 2) inputs, and none beyond ``n * bound``, is released. Against
+    a server that lies about dropouts: the consistency round and the semi-malicious parameters
+    (:math:`2t > k + 1`). Not protected: the released sum itself (see the attack harness), the curious
+    configuration against a lying server, and an in-bound but false input of a malicious client.
 """
 
 from __future__ import annotations
@@ -77,14 +87,19 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Mapping
+from pathlib import Path
 from typing import ClassVar, Literal
 
 import numpy as np
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from securefgl.errors import ConfigError, ProtocolError, ThresholdError
 from securefgl.protocols._harary import GraphParameters
+from securefgl.protocols._identity import IdentityDirectory, generate_identities
 from securefgl.protocols._parties import check_clients, client_contexts
 from securefgl.protocols._prg import InsecureDeterministicRandom, RandomSource, system_random
+from securefgl.protocols._release import DEFAULT_MIN_CONTRIBUTORS
+from securefgl.protocols._rounding import RoundingBits
 from securefgl.protocols._secaggplus_client import SecAggPlusClient, SecAggPlusClientState
 from securefgl.protocols._secaggplus_params import SecAggPlusConfig, Stage, resolve_graph
 from securefgl.protocols._secaggplus_server import SecAggPlusServer, SecAggPlusServerState
@@ -95,6 +110,7 @@ from securefgl.protocols.router import Interceptor, Router
 
 __all__ = [
     "ClipLayout",
+    "IdentityDirectory",
     "SecAggPlus",
     "SecAggPlusClient",
     "SecAggPlusConfig",
@@ -102,6 +118,7 @@ __all__ = [
     "SecAggPlusServerState",
     "SecAggPlusClientState",
     "Stage",
+    "generate_identities",
     "resolve_graph",
     "session_graph",
     "session_id_for",
@@ -127,6 +144,15 @@ class SecAggPlus(Protocol):
         workers: threads regenerating masks at the server (default: the CPU count, at most 8).
         rng: generator used only to resolve ``"any"`` entries of a dropout plan (default: OS-seeded).
         interceptor: fault-injection hook of the router (tests: garble, drop, replay, duplicate).
+        consistency_check, insecure_low_threshold, min_contributors: see :class:`SecAggPlusConfig`
+            (the consistency round is on by default exactly when ``adversary="semi-malicious"``; a sum
+            of fewer than ``min_contributors`` inputs, default 2, is never unmasked).
+        identities: the clients' Ed25519 identity public keys: an :class:`IdentityDirectory` or the
+            path of its JSON file (the deployment's node-authentication keys). With identities, key
+            advertisements are signed and checked. (default: ``None``)
+        identity_keys: client id -> Ed25519 private key, for the in-process clients when
+            ``identities`` is given. Without ``identities``, the consistency round draws fresh
+            per-session identity keys from the OS CSPRNG (simulation only: real clients hold their own).
         insecure_seed: INSECURE, tests and known-answer vectors only: derive every key, seed, share
             and rounding decision from this seed instead of the OS CSPRNG.
 
@@ -165,6 +191,11 @@ class SecAggPlus(Protocol):
         workers: int | None = None,
         rng: np.random.Generator | None = None,
         interceptor: Interceptor | None = None,
+        consistency_check: bool | None = None,
+        insecure_low_threshold: bool = False,
+        min_contributors: int = DEFAULT_MIN_CONTRIBUTORS,
+        identities: IdentityDirectory | str | os.PathLike[str] | None = None,
+        identity_keys: Mapping[int, Ed25519PrivateKey] | None = None,
         insecure_seed: bytes | int | None = None,
     ) -> None:
         self.config = SecAggPlusConfig(
@@ -178,7 +209,20 @@ class SecAggPlus(Protocol):
             security_bits=security_bits,
             correctness_bits=correctness_bits,
             complete_below=complete_below,
+            consistency_check=consistency_check,
+            insecure_low_threshold=insecure_low_threshold,
+            min_contributors=min_contributors,
         )
+        if isinstance(identities, (str, Path, os.PathLike)):
+            identities = IdentityDirectory.from_file(identities)
+        if identities is not None and not isinstance(identities, IdentityDirectory):
+            raise ConfigError(
+                f"identities must be an IdentityDirectory or a file path, got {type(identities).__name__}"
+            )
+        if identity_keys is not None and identities is None:
+            raise ConfigError("identity_keys need the matching identities (the public directory)")
+        self.identities = identities
+        self._identity_keys = dict(identity_keys) if identity_keys is not None else None
         self.record_views = bool(record_views)
         if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
             raise ConfigError(f"workers must be a positive integer, got {workers!r}")
@@ -194,18 +238,22 @@ class SecAggPlus(Protocol):
             )
         self._insecure_seed = insecure_seed
 
+    @property
+    def min_contributors(self) -> int:
+        """The fewest inputs a released sum may hold (the schema's rule applies too, where stricter)."""
+        return self.config.min_contributors
+
     def parameters(self, num_clients: int) -> GraphParameters:
         """The graph degree and threshold this protocol uses with ``num_clients`` invited clients."""
         return resolve_graph(self.config, num_clients)
 
-    def _random_for(self, client: int, round_index: int) -> tuple[RandomSource, np.random.Generator | None]:
+    def _random_for(self, client: int, round_index: int) -> tuple[RandomSource, RoundingBits | None]:
         if self._insecure_seed is None:
             return system_random, None
         src = InsecureDeterministicRandom(
             self._insecure_seed, label=f"{self.name}/client/{client}/round/{round_index}"
         )
-        gen = np.random.default_rng(int.from_bytes(src(16), "big"))
-        return src, gen
+        return src, RoundingBits.insecure_seeded(src(16), "encoding")
 
     def _dropout_rng(self) -> np.random.Generator:
         """The generator that resolves ``"any"`` entries of a dropout plan."""
@@ -217,6 +265,29 @@ class SecAggPlus(Protocol):
             )
         return default_rng()
 
+    def _identities(
+        self, clients: tuple[int, ...], round_index: int
+    ) -> tuple[dict[int, Ed25519PrivateKey] | None, IdentityDirectory | None]:
+        """The identity keys of this session's in-process clients and the directory, or ``(None, None)``."""
+        if self.identities is not None:
+            missing = self.identities.missing(clients)
+            keys = self._identity_keys or {}
+            no_private = sorted(c for c in clients if c not in keys)
+            if missing or no_private:
+                raise ConfigError(
+                    f"clients {(missing or no_private)[:5]} have no identity "
+                    f"{'public key in the directory' if missing else 'private key (identity_keys)'}"
+                )
+            return {c: keys[c] for c in clients}, self.identities
+        if not self.config.consistency:
+            return None, None
+        src = system_random
+        if self._insecure_seed is not None:
+            src = InsecureDeterministicRandom(
+                self._insecure_seed, label=f"{self.name}/identities/{round_index}"
+            )
+        return generate_identities(clients, src)
+
     def _clients(
         self,
         schema: SumSchema,
@@ -225,8 +296,10 @@ class SecAggPlus(Protocol):
         round_index: int,
         recipient: int | None,
         contexts: Mapping[int, bytes],
+        identities: tuple[dict[int, Ed25519PrivateKey] | None, IdentityDirectory | None] = (None, None),
     ) -> dict[int, SecAggPlusClient]:
         """One client party per invited client, in the order of ``clients``."""
+        keys, directory = identities
         parties = {}
         for c in clients:
             src, gen = self._random_for(c, round_index)
@@ -241,6 +314,8 @@ class SecAggPlus(Protocol):
                 context=contexts[c],
                 random=src,
                 encode_rng=gen,
+                identity=None if keys is None else keys[c],
+                directory=directory,
             )
         return parties
 
@@ -271,7 +346,8 @@ class SecAggPlus(Protocol):
                 f"recipient {recipient!r} is not an invited client; invited: {list(clients)[:10]}"
             )
         contexts = client_contexts(context, clients)
-        stages = Stage.ordered(recipient=recipient is not None)
+        ids = self._identities(clients, round_index)
+        stages = Stage.ordered(recipient=recipient is not None, consistency=self.config.consistency)
         plan = (dropouts or DropoutPlan.none()).resolve(stages, self._dropout_rng())
         transcript = Transcript(
             protocol=self.name,
@@ -287,12 +363,14 @@ class SecAggPlus(Protocol):
             round_index=round_index,
             recipient=recipient,
             workers=self.workers,
+            directory=ids[1],
         )
-        parties = self._clients(schema, contributions, clients, round_index, recipient, contexts)
+        parties = self._clients(schema, contributions, clients, round_index, recipient, contexts, ids)
         transcript.extra.update(
             graph="complete" if server.params.complete else "harary",
             degree=server.params.degree,
             threshold=server.params.threshold,
+            consistency_check=self.config.consistency,
         )
         try:
             Router(
@@ -324,7 +402,8 @@ class SecAggPlus(Protocol):
         c = self.config
         return (
             f"{type(self).__name__}(graph={c.graph!r}, degree={c.degree}, threshold={c.threshold}, "
-            f"dropout_rate={c.dropout_rate}, corrupt_rate={c.corrupt_rate}, adversary={c.adversary!r}, prg={c.prg!r})"
+            f"dropout_rate={c.dropout_rate}, corrupt_rate={c.corrupt_rate}, adversary={c.adversary!r}, prg={c.prg!r}, "
+            f"consistency_check={c.consistency})"
         )
 
 
@@ -353,6 +432,8 @@ def _finish(
         }
     if server.state.unmask_seconds:
         transcript.extra["server_unmask_seconds"] = dict(server.state.unmask_seconds)
+    if server.state.u4:
+        transcript.extra["signed_survivors"] = list(server.state.u4)
     if server.state.bad_shares:
         transcript.extra["bad_shares"] = {str(k): v for k, v in server.state.bad_shares.items()}
     if server.state.unmask_rejected:

@@ -13,15 +13,8 @@ from typing import Annotated
 
 import typer
 
-from securefgl.benchmarking import (
-    DEFAULT_GRID,
-    BenchConfig,
-    available_sections,
-    format_report,
-    run_benchmarks,
-    to_json,
-)
 from securefgl.cli._app import app
+from securefgl.cli._names import NAMES
 
 __all__ = ["FULL_SECTIONS", "bench_app", "protocols"]
 
@@ -34,13 +27,8 @@ app.add_typer(bench_app, name="bench")
 
 
 def _protocol_help() -> str:
-    try:
-        from securefgl.protocols.registry import available_protocols
-
-        names = ", ".join(available_protocols(with_dp=False))
-    except Exception:  # pragma: no cover - help text only
-        names = "see securefgl.protocols.available_protocols()"
-    return f"Protocol to benchmark (repeatable; default: all available: {names})."
+    bases = ", ".join(n for n in NAMES["protocol"] if not n.endswith("+dp"))
+    return f"Protocol to benchmark (repeatable; default: all available: {bases})."
 
 
 #: Sections run by ``--full``: the issue-3 grid and unmasking check, then the issue-5 CKKS and DP tables.
@@ -48,10 +36,7 @@ FULL_SECTIONS: tuple[str, ...] = ("protocols", "unmasking", "ckks", "ckks-bytes"
 
 
 def _section_help() -> str:
-    try:
-        names = ", ".join(available_sections())
-    except Exception:  # pragma: no cover - help text only
-        names = "see securefgl.benchmarking.available_sections()"
+    names = ", ".join(NAMES["bench-section"])
     return (
         f"Section to run (repeatable; one of: {names}). Default 'protocols'; "
         f"with --full: {', '.join(FULL_SECTIONS)}."
@@ -89,23 +74,48 @@ def protocols(
             help=_section_help(),
         ),
     ] = None,
-    repeats: Annotated[int, typer.Option(help="Timed runs per case; the minimum is reported.")] = 1,
+    quick: Annotated[
+        bool,
+        typer.Option(
+            "--quick",
+            help="A smoke run in under a minute: n=10, d 1e4 and 1e5, no dropout, no consistency rows, "
+            "3 repeats. Explicit --clients/--length/--dropout/--section/--repeats still win.",
+        ),
+    ] = False,
+    repeats: Annotated[
+        int | None,
+        typer.Option(
+            help="Timed runs per case, each followed by its floors; medians (min-max) are reported."
+        ),
+    ] = None,
     seed: Annotated[int, typer.Option(help="Seed of the random test vectors (not of any protocol key).")] = 0,
     prg: Annotated[str, typer.Option(help="PRG of the raw floor: aes256-ctr or chacha20.")] = "aes256-ctr",
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
 ) -> None:
     """Benchmark the aggregation protocols against plaintext summation and the raw PRG floor."""
+    from securefgl.benchmarking import (
+        DEFAULT_GRID,
+        QUICK_GRID,
+        BenchConfig,
+        format_report,
+        run_benchmarks,
+        to_json,
+    )
+
     grid = DEFAULT_GRID if full else {"clients": (10,), "lengths": (10_000,), "dropouts": (0.0,)}
+    if quick and not full:
+        grid = QUICK_GRID
     sections = tuple(section) if section else (FULL_SECTIONS if full else ("protocols",))
     config = BenchConfig(
         protocols=tuple(protocol or ()),
         clients=tuple(clients or grid["clients"]),
         lengths=tuple(length or grid["lengths"]),
         dropouts=tuple(dropout if dropout is not None and len(dropout) else grid["dropouts"]),
-        repeats=repeats,
+        repeats=repeats if repeats is not None else (3 if quick else 1),
         seed=seed,
         sections=sections,
         prg=prg,
+        consistency=not quick,
     )
     progress = None if json_out else (lambda msg: typer.echo(msg, err=True))
     result = run_benchmarks(config, progress=progress)

@@ -37,6 +37,12 @@ class TrainConfig:
         client_fraction: Fraction of clients invited per round (at least one). (default: ``1.0``)
         clients_per_round: Exact number of clients per round; overrides ``client_fraction``.
             (default: ``None``)
+        client_sampling: How a round's clients are chosen when fewer than all take part. ``"fixed"``: the
+            server draws exactly ``clients_in_round`` clients without replacement (a DP accountant then
+            reports no amplification by sampling); ``"poisson"``: every client joins independently with
+            probability ``clients_in_round / num_clients`` using its own randomness, which is what DP
+            amplification by subsampling assumes (DP-FTRL, TFF DP-FedAvg); cohort sizes vary.
+            (default: ``"fixed"``)
         eval_every: Evaluate every this many rounds (and after the last). (default: ``1``)
         patience: Stop a phase after this many evaluations without a better validation accuracy;
             ``None`` disables early stopping. (default: ``None``)
@@ -46,6 +52,10 @@ class TrainConfig:
             one-client-at-a-time reference path). (default: ``True``)
         epochs: Epochs of non-federated algorithms (Centralized, Local); ``None`` means
             ``rounds * local_epochs``. (default: ``None``)
+        max_failed_rounds: A round whose secure sum aborts because too few clients survive (dropouts below
+            the protocol's threshold or DP's minimum contributors) is skipped and recorded, as FL servers
+            tolerate failed rounds; this many consecutive aborted rounds end the run. ``1`` ends it at the
+            first abort. (default: ``5``)
     """
 
     rounds: int = 50
@@ -57,11 +67,13 @@ class TrainConfig:
     weight_decay: float = 0.0
     client_fraction: float = 1.0
     clients_per_round: int | None = None
+    client_sampling: Literal["fixed", "poisson"] = "fixed"
     eval_every: int = 1
     patience: int | None = None
     select_best: bool = True
     batched: bool = True
     epochs: int | None = None
+    max_failed_rounds: int = 5
 
     def __post_init__(self) -> None:
         if self.rounds < 1:
@@ -76,6 +88,10 @@ class TrainConfig:
             raise ConfigError(f"train.weight_decay must be >= 0, got {self.weight_decay}")
         if not 0.0 < self.client_fraction <= 1.0:
             raise ConfigError(f"train.client_fraction must be in (0, 1], got {self.client_fraction}")
+        if self.client_sampling not in ("fixed", "poisson"):
+            raise ConfigError(
+                f"train.client_sampling must be 'fixed' or 'poisson', got {self.client_sampling!r}"
+            )
         if self.clients_per_round is not None and self.clients_per_round < 1:
             raise ConfigError(f"train.clients_per_round must be >= 1, got {self.clients_per_round}")
         if self.eval_every < 1:
@@ -84,6 +100,8 @@ class TrainConfig:
             raise ConfigError(f"train.patience must be >= 1 or none, got {self.patience}")
         if self.epochs is not None and self.epochs < 1:
             raise ConfigError(f"train.epochs must be >= 1 or none, got {self.epochs}")
+        if self.max_failed_rounds < 1:
+            raise ConfigError(f"train.max_failed_rounds must be >= 1, got {self.max_failed_rounds}")
 
     @property
     def total_epochs(self) -> int:

@@ -30,7 +30,15 @@ from securefgl.engine.hooks import AggregateEvent, EvaluateEvent, RoundEvent, Ru
 from securefgl.engine.metrics import client_metrics
 from securefgl.engine.records import EvalRecord, RoundRecord, SeedResult
 from securefgl.engine.server import FederationServer
-from securefgl.errors import ConfigError, NonFiniteError, ProtocolError, SecureFGLError, TrainingError
+from securefgl.errors import (
+    ConfigError,
+    NonFiniteError,
+    ProtocolError,
+    ReleaseRefusedError,
+    SecureFGLError,
+    ThresholdError,
+    TrainingError,
+)
 from securefgl.protocols.base import DropoutPlan, Protocol, Sums, Transcript
 from securefgl.protocols.dp import DistributedDP
 from securefgl.protocols.encoding import SumSchema
@@ -40,6 +48,7 @@ __all__ = [
     "RoundRecord",
     "SeedResult",
     "broadcast_nbytes",
+    "grid_rng",
     "make_setting",
     "phase_rounds",
     "round_context",
@@ -189,6 +198,7 @@ class _Run:
         self.total = sum(phase_rounds(p, train, max_rounds) for p in self.phases)
         self.done = 0
         self.global_round = 0
+        self.failed_in_a_row = 0  # consecutive aborted rounds (train.max_failed_rounds ends the run)
         # The broadcast the clients were last charged for (a local phase charges an undelivered one).
         self.delivered: Mapping[str, torch.Tensor] | None = None
 
@@ -200,7 +210,7 @@ class _Run:
                 self._local_phase(phase)
             else:
                 self._rounds_phase(phase)
-        self.result.report = self.server.report()
+        self.result.report = {**self.server.report(), **self.result.report}
 
     # ------------------------------------------------------------------ phases ---------------------------
 
@@ -235,14 +245,19 @@ class _Run:
         best: EvalRecord | None = None
         for r in range(num_rounds):
             if phase.sample and self.per_round < self.k_all:
-                chosen = self.sampling_rng.choice(self.k_all, size=self.per_round, replace=False)
-                invited = sorted(int(i) for i in chosen)
+                invited = self._draw_cohort()
             else:
                 invited = list(range(self.k_all))
             rs = RoundState(
                 phase.name, r, self.global_round, tuple(invited), self.server.broadcast, num_rounds
             )
-            record, broadcast = self._round(rs, [self.clients[i] for i in invited])
+            if not invited:  # an empty Poisson cohort: nobody takes part, nothing is released
+                rec = RoundRecord(phase.name, r, self.global_round, [], float("nan"), {}, {}, 0.0, 0.0, 0.0)
+                self.result.report.setdefault("empty_rounds", []).append(self.global_round)
+                self.global_round += 1
+                self._finish(rec, self.server.broadcast)
+                continue
+            record, broadcast = self._round_or_skip(rs, [self.clients[i] for i in invited])
             if any(record.bytes_down.values()):
                 self.delivered = rs.broadcast
             if phase.evaluate and ((r + 1) % train.eval_every == 0 or r == num_rounds - 1):
@@ -257,6 +272,64 @@ class _Run:
                 break
         if phase.evaluate and self.result.evals:
             self.result.final = best if (train.select_best and best is not None) else self.result.evals[-1]
+
+    def _draw_cohort(self) -> list[int]:
+        """The clients of a sampled round (``train.client_sampling``).
+
+        ``"fixed"``: the server draws ``per_round`` clients without replacement from its generator.
+        ``"poisson"``: each client flips its own coin with probability ``per_round / k_all``; the coins
+        come from per-client generators (spawned from the run seed, never the server's generator), the
+        stand-in for each client's own randomness in a deployment. Only this sampler matches the
+        amplification the DP accountant reports (``dp_sampler="poisson"``).
+        """
+        if self.config.train.client_sampling != "poisson":
+            chosen = self.sampling_rng.choice(self.k_all, size=self.per_round, replace=False)
+            return sorted(int(i) for i in chosen)
+        if not hasattr(self, "_client_coins"):
+            # 0x504F4953 ("POIS") keeps these coins apart from every other stream of the run seed.
+            seq = np.random.SeedSequence([int(self.seed), 0x504F4953])
+            self._client_coins = [np.random.default_rng(s) for s in seq.spawn(self.k_all)]
+        q = self.per_round / self.k_all
+        return [c for c in range(self.k_all) if self._client_coins[c].random() < q]
+
+    def _round_or_skip(
+        self, rs: RoundState, invited: list[Client]
+    ) -> tuple[RoundRecord, Mapping[str, torch.Tensor]]:
+        """:meth:`_round`, except that a round whose protocol aborts for lack of survivors is skipped.
+
+        As FL servers tolerate failed rounds, a :class:`ThresholdError` or :class:`ReleaseRefusedError` leaves the
+        server state and broadcast as they were, is listed in ``report["aborted_rounds"]`` and gives a record
+        without loss or bytes; ``train.max_failed_rounds`` consecutive aborted rounds end the run with the last
+        abort. Any other protocol error (a misbehaving party) still ends the run at once.
+        """
+        try:
+            record, broadcast = self._round(rs, invited)
+        except (ThresholdError, ReleaseRefusedError) as exc:
+            self.failed_in_a_row += 1
+            limit = self.config.train.max_failed_rounds
+            if self.failed_in_a_row >= limit:
+                raise type(exc)(
+                    f"{self.failed_in_a_row} consecutive rounds aborted (train.max_failed_rounds={limit}); "
+                    f"last, round {rs.global_round + 1}: {exc}"
+                ) from exc
+            ids = [c.id for c in invited]
+            record = RoundRecord(
+                rs.phase, rs.round, rs.global_round, ids, float("nan"), {}, {}, 0.0, 0.0, 0.0
+            )
+            transcript = exc.__dict__.get("transcript")
+            if isinstance(transcript, Transcript):
+                record.dropped.update(transcript.dropped)
+            self.result.report.setdefault("aborted_rounds", []).append(
+                {
+                    "phase": rs.phase,
+                    "round": rs.round,
+                    "global_round": rs.global_round,
+                    "error": f"{type(exc).__name__}: {exc}",
+                }
+            )
+            return record, self.server.broadcast
+        self.failed_in_a_row = 0
+        return record, broadcast
 
     def _finish(self, record: RoundRecord, broadcast: Mapping[str, torch.Tensor]) -> None:
         self.result.rounds.append(record)
@@ -474,6 +547,9 @@ def _build_protocol(config: RunConfig, per_round: int, k_all: int) -> Protocol:
             options["dp_rounds"] = int(config.train.rounds)
         if "dp_sample_rate" not in options and per_round < k_all:
             options["dp_sample_rate"] = per_round / k_all
+        if "dp_sampler" not in options:
+            # Amplification only for the sampler the accountant assumes (clients' own Poisson coins).
+            options["dp_sampler"] = "poisson" if config.train.client_sampling == "poisson" else "server"
         try:
             return get_protocol(spec, **options)
         except ConfigError as exc:

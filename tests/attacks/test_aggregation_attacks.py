@@ -82,8 +82,13 @@ INPUTS = {c: {"v": torch.tensor([0.5 * c, -0.1 * c, 1.0])} for c in range(5)}
 
 @pytest.mark.parametrize("protocol", ["plaintext", "secagg"])
 def test_minimum_cohort(protocol):
-    ok, _, cos = minimum_cohort_attack(get_protocol(protocol), SCHEMA, INPUTS, 3)
-    assert ok and cos == pytest.approx(1.0)
+    ok, why, cos = minimum_cohort_attack(get_protocol(protocol), SCHEMA, INPUTS, 3)
+    if protocol == "plaintext":
+        assert ok and cos == pytest.approx(1.0)
+    else:  # a secure protocol's own default refuses a "sum" of one input (min_contributors=2)
+        assert not ok and "ReleaseRefusedError" in why
+        ok, _, cos = minimum_cohort_attack(get_protocol(protocol, min_contributors=1), SCHEMA, INPUTS, 3)
+        assert ok and cos == pytest.approx(1.0)  # the explicit opt-out releases it
     ok, why, _ = minimum_cohort_attack(get_protocol(protocol), STRICT, INPUTS, 3)
     assert not ok and "ReleaseRefusedError" in why
 

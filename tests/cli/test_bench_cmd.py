@@ -185,3 +185,17 @@ def test_cli_unknown_section_names_the_valid_ones(capsys: pytest.CaptureFixture[
     err = capsys.readouterr().err
     assert "unknown benchmark section(s): nope" in err
     assert "valid sections: protocols, unmasking, ckks, ckks-bytes, dp" in err
+
+
+def test_cli_quick_grid_reports_medians_ranges_and_measured_error() -> None:
+    result = runner.invoke(app, ["bench", "protocols", "--quick", "--protocol", "secagg+", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["config"]["clients"] == [10] and data["config"]["repeats"] == 3
+    rows = data["sections"]["protocols"]
+    assert rows and {r["d"] for r in rows} == {10_000, 100_000}
+    for r in rows:
+        assert r["sum_unmask_vs_prg"] > 0 and "server_other_ms" in r
+        assert any(k.endswith("_range") for k in r)
+        # the error is measured against the float64 sum, and stays within the stated bound
+        assert 0.0 <= r["max_abs_error"] <= r["stated_error_bound"]

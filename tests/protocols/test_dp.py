@@ -261,7 +261,7 @@ def test_epsilon_accumulates_over_rounds_like_opacus():
 
 def test_participation_visible_epsilon_with_client_sampling():
     s = dp_schema()
-    p = make(sample_rate=0.05)
+    p = make(sample_rate=0.05, sampler="poisson")
     for r in range(2):
         sums, _ = p.aggregate(s, dp_contributions(4, seed=r), round_index=r)
     rep = sums.privacy

@@ -506,7 +506,6 @@ def _interceptor(kind: str, culprit: int, victim: int = 0):  # noqa: ANN202
         ("garble", "MalformedMessageError"),
         ("replay", "MalformedMessageError"),
         ("two_inputs", "StageOrderError"),
-        ("bad_share", "InvalidMessage"),
         ("degenerate_key", "InvalidMessage"),
     ],
 )
@@ -516,6 +515,17 @@ def test_misbehaving_client_is_excluded_and_the_sum_stays_exact(kind: str, reaso
     sums, tr = SecAgg(interceptor=_interceptor(kind, culprit=2)).aggregate(schema, contrib)
     assert tr.excluded[2].startswith(reason), tr.excluded
     assert 2 not in tr.survivors and len(tr.survivors) == 5
+    assert_exact(sums, plain_sum(schema, contrib, tr.survivors))
+
+
+def test_one_bad_share_makes_its_receiver_leave_not_the_sender() -> None:
+    """A single complaint cannot be checked: it excludes the complainer (client 0), and the sum over the
+    others, the sender of the bad ciphertext included, stays exact."""
+    schema = grid_schema()
+    contrib = grid_contributions(schema, list(range(6)))
+    sums, tr = SecAgg(interceptor=_interceptor("bad_share", culprit=2, victim=0)).aggregate(schema, contrib)
+    assert tr.excluded[0].startswith("InvalidMessage") and "excludes the complainer" in tr.excluded[0]
+    assert tr.survivors == (1, 2, 3, 4, 5)
     assert_exact(sums, plain_sum(schema, contrib, tr.survivors))
 
 
@@ -621,7 +631,10 @@ def test_registry_and_configuration() -> None:
     assert isinstance(get_protocol("secagg"), SecAgg)
     p = get_protocol("secagg", threshold=0.75)
     assert p.parameters(8).threshold == 6 and p.parameters(8).complete
-    assert SecAgg(threshold=3).parameters(10).threshold == 3
+    assert SecAgg(threshold=6).parameters(10).threshold == 6
+    with pytest.raises(ConfigError, match="insecure_low_threshold"):
+        SecAgg(threshold=3).parameters(10)
+    assert SecAgg(threshold=3, insecure_low_threshold=True).parameters(10).threshold == 3
     for bad in (dict(threshold=0), dict(threshold=1.5), dict(prg="rc4"), dict(workers=0)):
         with pytest.raises(ConfigError):
             SecAgg(**bad)  # type: ignore[arg-type]
@@ -644,7 +657,7 @@ def test_bad_contribution_excludes_that_client() -> None:
     contrib = grid_contributions(schema, list(range(5)))
     contrib[1] = {**contrib[1], "w": np.full((3, 2), np.nan)}
     sums, tr = SecAgg().aggregate(schema, contrib)
-    assert tr.excluded[1].startswith("EncodingError") and "non-finite" in tr.excluded[1]
+    assert tr.excluded[1] == "EncodingError (client abort): input-rejected-by-schema"
     assert_exact(sums, plain_sum(schema, contrib, [0, 2, 3, 4]))
 
 

@@ -226,7 +226,7 @@ def test_unmask_request_naming_a_non_neighbour_is_refused() -> None:
     assert set(ok.alive) == set(server.state.graph.neighbours(1))
 
 
-def test_bad_share_in_a_harary_neighbourhood_excludes_the_sender() -> None:
+def test_bad_share_in_a_harary_neighbourhood_excludes_its_receiver() -> None:
     n = 30
     proto_kw = dict(degree=8, threshold=4, complete_below=0)
     schema, contrib = schema_and_contributions(n)
@@ -240,9 +240,16 @@ def test_bad_share_in_a_harary_neighbourhood_excludes_the_sender() -> None:
             return [ShareKeys(msg.session_id, msg.seed_commitment, env).to_bytes()]
         return [rec.payload]
 
-    sums, tr = SecAggPlus(interceptor=fault, **proto_kw).aggregate(schema, contrib)
-    assert tr.excluded[culprit].startswith("InvalidMessage")
-    assert culprit not in tr.survivors and len(tr.survivors) == n - 1
+    victim: list[int] = []
+
+    def fault_and_note(rec: MessageRecord) -> list[bytes]:
+        if rec.sender == culprit and rec.phase == "share_keys":
+            victim.append(decode(rec.payload, ShareKeys).envelopes[0][0])
+        return fault(rec)
+
+    sums, tr = SecAggPlus(interceptor=fault_and_note, **proto_kw).aggregate(schema, contrib)
+    assert tr.excluded[victim[0]].startswith("InvalidMessage")  # one complaint: the complainer leaves
+    assert culprit in tr.survivors and victim[0] not in tr.survivors and len(tr.survivors) == n - 1
     check_sum(sums, contrib, tr.survivors)
 
 
@@ -266,7 +273,7 @@ def test_resolve_graph_is_what_clients_check() -> None:
     server = SecAggPlusServer(
         schema, range(n), config=proto.config, protocol_name=proto.name, round_index=0, recipient=None
     )
-    weak = SecAggPlus(threshold=2)
+    weak = SecAggPlus(threshold=2, insecure_low_threshold=True)
     client = SecAggPlusClient(
         0,
         schema,

@@ -1,0 +1,217 @@
+"""The SecAgg/SecAgg+ server's state and its secret reconstruction (hazmat).
+
+Split from :mod:`securefgl.protocols._secaggplus_server` (re-exported there): what the server holds
+during a session, and how it rebuilds the survivors' self-mask seeds and the dropped clients' mask
+keys from the unmask replies, verifying every secret against its commitment (seeds) or advertised
+public key (mask keys) and routing around corrupted shares by trying holder subsets.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+
+from securefgl.errors import ThresholdError
+from securefgl.protocols import _shamir
+from securefgl.protocols._harary import GraphParameters, SecretSharingGraph
+from securefgl.protocols._secaggplus_session import commitment, wipe
+from securefgl.protocols.base import SERVER, Sums
+from securefgl.protocols.messages import Unmask
+
+__all__ = ["MAX_HOLDER_SUBSETS", "Reconstruction", "SecAggPlusServerState"]
+
+
+@dataclass
+class SecAggPlusServerState:
+    """What the server holds during one session (public values and the masked sum only).
+
+    Attributes:
+        excluded: client -> reason, for clients excluded as misbehaving (``"ErrorClass: message"``).
+        keys: client -> (channel public key, mask public key), for the clients that advertised (U1).
+        session_id: the session id (the one most clients computed).
+        graph: the secret-sharing graph over U1.
+        u1, u2, u3: clients that advertised keys, shared them, and whose masked input was accepted.
+        dead: U2 minus U3 (dropped or excluded after sharing).
+        commitments: client -> commitment to its self-mask seed.
+        envelopes: recipient -> {sender: share ciphertext} (relayed, then cleared).
+        senders: client -> the neighbours whose ciphertexts were forwarded to it.
+        complaints: client -> the senders whose ciphertexts it could not authenticate.
+        masked_with: survivor -> the peers it masked against.
+        total: the running sum of accepted masked inputs (then the unmasked sum).
+        result: the released sums (server mode).
+        delivered: whether the sum was relayed to the designated recipient.
+        bad_shares: client -> note, where a reconstruction had to route around corrupted shares.
+        unmask_seconds: wall time of the unmasking steps, and process CPU time (all threads) of mask
+            removal and of the whole step.
+        unmask_rejected: responder -> reason, for unmask replies that were ignored.
+    """
+
+    excluded: dict[int, str] = field(default_factory=dict)
+    keys: dict[int, tuple[bytes, bytes]] = field(default_factory=dict)
+    session_id: bytes = b""
+    graph: SecretSharingGraph | None = None
+    u1: tuple[int, ...] = ()
+    u2: tuple[int, ...] = ()
+    u3: tuple[int, ...] = ()
+    dead: tuple[int, ...] = ()
+    commitments: dict[int, bytes] = field(default_factory=dict)
+    envelopes: dict[int, dict[int, bytes]] = field(default_factory=dict)
+    senders: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    complaints: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    masked_with: dict[int, frozenset[int]] = field(default_factory=dict)
+    total: np.ndarray | None = None
+    result: Sums | None = None
+    delivered: bool = False
+    bad_shares: dict[int, str] = field(default_factory=dict)
+    unmask_seconds: dict[str, float] = field(default_factory=dict)
+    unmask_rejected: dict[int, str] = field(default_factory=dict)
+    key_signatures: dict[int, bytes] = field(default_factory=dict)
+    u4: tuple[int, ...] = ()
+    survivor_signatures: dict[int, bytes] = field(default_factory=dict)
+    consistency_seconds: float = 0.0
+
+
+#: Most holder subsets tried per secret when corrupted shares must be routed around.
+MAX_HOLDER_SUBSETS = 20_000
+
+
+class Reconstruction:
+    """Mixin of :class:`~securefgl.protocols._secaggplus_server.SecAggPlusServer`: secret reconstruction."""
+
+    params: GraphParameters
+    x: dict[int, int]
+    state: SecAggPlusServerState
+
+    def _verify(self, kind: str, owner: int, secret: np.ndarray) -> bool:
+        if kind == "seed":
+            return commitment(self.state.session_id, owner, secret.tobytes()) == self.state.commitments.get(
+                owner
+            )
+        try:
+            pk = X25519PrivateKey.from_private_bytes(secret.tobytes()).public_key().public_bytes_raw()
+        except ValueError:
+            return False
+        return pk == self.state.keys[owner][1]
+
+    def _reconstruct_kind(
+        self, good: Mapping[int, Unmask], kind: str, owners: Sequence[int], phase: str
+    ) -> dict[int, np.ndarray]:
+        """Reconstruct the seeds (``kind="seed"``) or mask keys (``"key"``) of ``owners`` from the
+        accepted unmask replies.
+
+        Fast path: at least ``t`` responders that returned the same owner list (the complete graph)
+        give a ``(t, owners, limbs)`` array straight from their share matrices, reconstructed with one
+        cached Lagrange computation. Everything else (SecAgg+ neighbourhoods, verification failures)
+        goes through :meth:`_reconstruct_all`.
+        """
+        t = self.params.threshold
+        out: dict[int, np.ndarray] = {}
+        remaining = set(owners)
+        if not remaining:
+            return out
+        groups: dict[tuple[int, ...], list[int]] = {}
+        for c, msg in good.items():
+            groups.setdefault(msg.alive if kind == "seed" else msg.dead, []).append(c)
+        for ids, responders in groups.items():
+            todo = [i for i, o in enumerate(ids) if o in remaining]
+            if len(responders) < t or len(todo) < 2:
+                continue
+            chosen = sorted(responders, key=lambda w: self.x[w])[:t]
+            shares = np.stack(
+                [(good[w].seed_shares if kind == "seed" else good[w].key_shares)[todo] for w in chosen]
+            )
+            secrets, valid = _shamir.reconstruct([self.x[w] for w in chosen], shares)
+            for j, i in enumerate(todo):
+                o = ids[i]
+                if valid[j] and self._verify(kind, o, secrets[j]):
+                    out[o] = secrets[j].copy()
+                    remaining.discard(o)
+            wipe(secrets, shares)
+        if remaining:
+            holders: dict[int, dict[int, np.ndarray]] = {o: {} for o in remaining}
+            for c, msg in good.items():
+                ids, rows = (msg.alive, msg.seed_shares) if kind == "seed" else (msg.dead, msg.key_shares)
+                for i, o in enumerate(ids):
+                    if o in holders:
+                        holders[o][c] = rows[i]
+            out.update(self._reconstruct_all(holders, kind, phase))
+        return out
+
+    def _reconstruct_all(
+        self, holders: Mapping[int, Mapping[int, np.ndarray]], kind: str, phase: str
+    ) -> dict[int, np.ndarray]:
+        """Reconstruct every owner's secret from ``threshold`` holders; verify each against its
+        commitment (seeds) or advertised public key (mask keys), retrying other holder subsets on a
+        mismatch. Owners that share a holder set (complete graph) are reconstructed together with one
+        cached Lagrange computation; owners with their own holder sets (SecAgg+) in one vectorised
+        batch."""
+        t = self.params.threshold
+        groups: dict[tuple[int, ...], list[int]] = {}
+        for owner, hs in holders.items():
+            if len(hs) < t:
+                raise ThresholdError(
+                    f"only {len(hs)} share holders answered for the {kind} of client {owner}, fewer than the threshold {t}",
+                    party=SERVER,
+                    phase=phase,
+                )
+            chosen = tuple(sorted(hs, key=lambda w: self.x[w])[:t])
+            groups.setdefault(chosen, []).append(owner)
+        out: dict[int, np.ndarray] = {}
+        retry: list[int] = []
+
+        def accept(owners: Sequence[int], secrets: np.ndarray, valid: np.ndarray) -> None:
+            for i, o in enumerate(owners):
+                if valid[i] and self._verify(kind, o, secrets[i]):
+                    out[o] = secrets[i].copy()
+                else:
+                    retry.append(o)
+            wipe(secrets)
+
+        singles: list[tuple[tuple[int, ...], int]] = []
+        for chosen, owners in groups.items():
+            if len(owners) == 1:  # its own holder set (SecAgg+): batched below, a cache would not hit
+                singles.append((chosen, owners[0]))
+                continue
+            shares = np.stack([np.stack([holders[o][w] for o in owners]) for w in chosen])  # (t, S, LIMBS)
+            accept(owners, *_shamir.reconstruct([self.x[w] for w in chosen], shares))
+        if singles:
+            xs = np.array([[self.x[w] for w in chosen] for chosen, _ in singles], dtype=np.int64)
+            shares = np.stack(
+                [np.stack([holders[o][w] for w in chosen]) for chosen, o in singles]
+            )  # (G, t, L)
+            accept([o for _, o in singles], *_shamir.reconstruct_many(xs, shares))
+        for o in retry:
+            out[o] = self._search_subsets(holders[o], kind, o, phase)
+        return out
+
+    def _search_subsets(self, hs: Mapping[int, np.ndarray], kind: str, owner: int, phase: str) -> np.ndarray:
+        """Try ``t``-subsets of the holders until one reconstructs a secret that verifies against the
+        commitment (seeds) or public key (mask keys): any ``t`` good shares do, wherever they sit."""
+        t = self.params.threshold
+        ranked = sorted(hs, key=lambda w: self.x[w])
+        tried = 0
+        for sub in itertools.combinations(ranked, t):
+            tried += 1
+            if tried > MAX_HOLDER_SUBSETS:
+                break
+            sec, valid = _shamir.reconstruct(
+                [self.x[w] for w in sub], np.stack([hs[w] for w in sub])[:, None, :]
+            )
+            if valid[0] and self._verify(kind, owner, sec[0]):
+                self.state.bad_shares[owner] = (
+                    f"{kind} reconstructed from holders {list(sub)} after {tried} subset(s); "
+                    f"{len(ranked)} holders answered"
+                )
+                found: np.ndarray = sec[0].copy()
+                return found
+            wipe(sec)
+        raise ThresholdError(
+            f"no {t} shares of the {kind} of client {owner} verify among the {len(ranked)} holders that "
+            f"answered ({min(tried, MAX_HOLDER_SUBSETS)} subsets of {t} tried); at least {t} good shares are needed",
+            party=SERVER,
+            phase=phase,
+        )

@@ -1,0 +1,84 @@
+"""Raw floors of the protocol benchmarks: the PRG floor and plain numpy summation (see
+:mod:`securefgl.benchmarking`, which re-exports these functions)."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+__all__ = ["plaintext_sum_seconds", "prg_floor_samples", "prg_floor_seconds"]
+
+
+def _encryptor(key: bytes, algorithm: str):  # noqa: ANN202 - cryptography context
+    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+
+    if algorithm == "chacha20":
+        return Cipher(algorithms.ChaCha20(key, bytes(16)), None).encryptor()
+    return Cipher(algorithms.AES(key), modes.CTR(bytes(16))).encryptor()
+
+
+def prg_floor_samples(
+    num_streams: int,
+    length: int,
+    ring_bits: int,
+    *,
+    algorithm: str = "aes256-ctr",
+    repeats: int = 1,
+) -> list[float]:
+    """Seconds of ``repeats`` timings (after one untimed warm-up) of expanding ``num_streams``
+    keystreams of ``length`` ring words and adding them up.
+
+    The fastest way ``cryptography`` offers: one cipher per fresh 256-bit key, ``update_into`` a
+    preallocated buffer (uint32 words for rings of at most 32 bits, else uint64, as the masking
+    protocols use), a wrapping numpy add into an accumulator, one final reduction. Nothing else.
+    """
+    dtype = np.dtype(np.uint32) if ring_bits <= 32 else np.dtype(np.uint64)
+    zeros = np.zeros(length * dtype.itemsize, dtype=np.uint8)
+    buf = np.empty(length, dtype=dtype)
+    view = buf.view(np.uint8)
+    acc = np.zeros(length, dtype=dtype)
+    mask = dtype.type((1 << ring_bits) - 1) if ring_bits < 8 * dtype.itemsize else None
+    keys = [os.urandom(32) for _ in range(max(int(num_streams), 0))]
+
+    def once() -> float:
+        t0 = time.perf_counter()
+        for key in keys:
+            _encryptor(key, algorithm).update_into(zeros, view)
+            np.add(acc, buf, out=acc)
+        if mask is not None:
+            np.bitwise_and(acc, mask, out=acc)
+        return time.perf_counter() - t0
+
+    once()
+    return [once() for _ in range(max(int(repeats), 1))]
+
+
+def prg_floor_seconds(
+    num_streams: int,
+    length: int,
+    ring_bits: int,
+    *,
+    algorithm: str = "aes256-ctr",
+    repeats: int = 1,
+) -> float:
+    """The minimum of :func:`prg_floor_samples` (the raw PRG floor, one warm-up then ``repeats``)."""
+    return min(prg_floor_samples(num_streams, length, ring_bits, algorithm=algorithm, repeats=repeats))
+
+
+def plaintext_sum_seconds(vectors: Sequence[np.ndarray], *, repeats: int = 1) -> float:
+    """Seconds for numpy to add ``vectors`` (float64) into one accumulator: the server's floor (a)."""
+    if not vectors:
+        return 0.0
+
+    def once() -> float:
+        t0 = time.perf_counter()
+        acc = np.array(vectors[0], dtype=np.float64, copy=True)
+        for v in vectors[1:]:
+            np.add(acc, v, out=acc)
+        return time.perf_counter() - t0
+
+    once()
+    return min(once() for _ in range(repeats))
