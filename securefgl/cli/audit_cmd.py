@@ -6,6 +6,7 @@ The command body only builds an :class:`~securefgl.attacks.audit.AuditConfig` an
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -14,6 +15,9 @@ from typing import Annotated, Any
 import typer
 
 from securefgl.cli._app import app
+from securefgl.cli._console import stdout_console
+from securefgl.cli._names import names, unknown_name
+from securefgl.cli._output import check_output
 from securefgl.errors import ConfigError, SecureFGLError
 
 __all__ = ["audit_command"]
@@ -29,12 +33,7 @@ def _csv(text: str | None, what: str) -> tuple[str, ...]:
 
 
 def _attack_names() -> str:
-    try:
-        from securefgl.attacks.audit import ATTACKS
-
-        return ", ".join(ATTACKS)
-    except Exception:  # help text must never crash
-        return "see the documentation"
+    return names("attack")
 
 
 @app.command("audit")
@@ -53,8 +52,13 @@ def audit_command(
     trials: Annotated[int, typer.Option(help="Targets / seeds per attack (mean ± std).")] = 5,
     seed: Annotated[int, typer.Option(help="Training and attack seed.")] = 0,
     rounds: Annotated[
-        int | None, typer.Option(help="Rounds of the federated job. (default: the run's)")
-    ] = None,
+        int | None, typer.Option(help="Rounds of the federated job (0: the run config's). (default: 20)")
+    ] = 20,
+    restarts: Annotated[int, typer.Option(help="Gradient-inversion random restarts (scales its cost).")] = 1,
+    iterations: Annotated[int, typer.Option(help="Gradient-inversion iterations per restart.")] = 25,
+    imprint_rounds: Annotated[
+        int, typer.Option(help="Crafted rounds of the malicious-model attack (bins = rounds x (hidden-1)).")
+    ] = 64,
     split: Annotated[
         str | None, typer.Option(help="Node split: 'public' or ratios like 0.2,0.4,0.4. (default: the run's)")
     ] = None,
@@ -65,6 +69,21 @@ def audit_command(
         Path | None, typer.Option(help="Report folder (audit.json, summary.md, figures).")
     ] = None,
     device: Annotated[str, typer.Option(help="cpu, cuda or auto.")] = "cpu",
+    threads: Annotated[
+        int | None,
+        typer.Option(
+            help="CPU threads for tensor operations. (default: 1 for graphs under 20,000 nodes, whose small "
+            "operations only slow down with more; for larger graphs the idle cores, at most 4)"
+        ),
+    ] = None,
+    root: Annotated[
+        str | None,
+        typer.Option(
+            "--root",
+            help="Data root holding the datasets' raw files (default: $SECUREFGL_DATA, else "
+            "~/.cache/securefgl/data; fill it with `securefgl datasets import DIR`).",
+        ),
+    ] = None,
     set_: Annotated[
         list[str] | None,
         typer.Option(
@@ -74,7 +93,10 @@ def audit_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
 ) -> None:
-    """Audit what an adversary recovers from a run, under each protocol, against chance and public baselines."""
+    """Audit what an adversary recovers from a run, under each protocol, against chance and public baselines.
+
+    Progress goes to stderr (also with --json), so redirected output holds only the report.
+    """
     try:
         _audit(locals())
     except SecureFGLError as exc:
@@ -87,7 +109,14 @@ def audit_command(
 
 
 def _audit(o: dict[str, Any]) -> None:
-    from securefgl.attacks import AuditConfig, audit
+    if o["threads"] is not None and o["threads"] < 1:
+        raise ConfigError(f"--threads must be >= 1, got {o['threads']}")
+    if o["output"] is not None:
+        check_output(o["output"])
+    for kind, key in (("algorithm", "algorithm"), ("model", "model"), ("dataset", "dataset")):
+        if (msg := unknown_name(kind, o[key])) is not None:
+            raise ConfigError(f"--{key}: {msg}")
+    from securefgl.attacks import AuditConfig, InversionConfig, audit
     from securefgl.config import merge, parse_overrides
 
     run: dict[str, Any] = {}
@@ -99,6 +128,17 @@ def _audit(o: dict[str, Any]) -> None:
             except ValueError:
                 raise ConfigError(f"--split must be 'public' or three ratios, got {o['split']!r}") from None
         run = {"partition": {"split": split}}
+    if o["root"] is not None:
+        run = merge(run, {"dataset": {"root": o["root"]}})
+    threads = o["threads"]
+    if threads is None:
+        from securefgl.cli._threads import approximate_nodes, default_threads
+
+        threads = default_threads(approximate_nodes(o["dataset"]))
+    import torch
+
+    torch.set_num_threads(threads)
+    run = merge(run, {"threads": threads})
     if o["set_"]:
         run = merge(run, parse_overrides(o["set_"]))
     cfg = AuditConfig(
@@ -111,14 +151,17 @@ def _audit(o: dict[str, Any]) -> None:
         views=_csv(o["view"], "view"),
         trials=o["trials"],
         seed=o["seed"],
-        rounds=o["rounds"],
+        rounds=o["rounds"] or None,
+        inversion=InversionConfig(restarts=o["restarts"], iterations=o["iterations"]),
+        imprint_rounds=o["imprint_rounds"],
         graph_known=o["graph_known"],
         run=run,
         output=str(o["output"]) if o["output"] is not None else None,
         device=o["device"],
         progress=not (o["quiet"] or o["as_json"]),
     )
-    result = audit(cfg)
+    with contextlib.redirect_stdout(sys.stderr):  # the audit's progress bars: stdout holds only the report
+        result = audit(cfg)
     if o["as_json"]:
         typer.echo(result.to_json())
         return
@@ -126,7 +169,6 @@ def _audit(o: dict[str, Any]) -> None:
 
 
 def _print(result: Any) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     table = Table(title="privacy audit")
@@ -146,7 +188,7 @@ def _print(result: Any) -> None:
         value = f"{r['mean']:.3f} ± {r['std']:.3f}" if r["mean"] is not None else "n/a"
         bl = ", ".join(f"{k} {v:.3f}" for k, v in r["baselines"].items() if v is not None)
         table.add_row(r["attack"], r["protocol"], r["view"], r["metric"], value, bl)
-    console = Console(width=None if sys.stdout.isatty() else 160)  # logs and pipes get full rows
+    console = stdout_console()  # logs and pipes get full rows
     console.print(table)
     if result.output_dir is not None:
         console.print(f"report: {result.output_dir / 'summary.md'}")

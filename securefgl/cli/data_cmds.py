@@ -16,8 +16,10 @@ from rich.console import Console
 from rich.table import Table
 
 from securefgl.cli._app import app
+from securefgl.cli._console import stdout_console
+from securefgl.cli._names import names
+from securefgl.cli._output import check_output
 from securefgl.config import DataConfig, build, load_mapping, merge, parse_overrides, save_config, to_dict
-from securefgl.data.partition import partition_methods
 from securefgl.errors import ConfigError, SecureFGLError
 
 if TYPE_CHECKING:
@@ -90,9 +92,9 @@ def _dataset_rows(root: str | None, stats: bool, names: list[str] | None = None)
         if stats and row["available"]:
             try:
                 data = load_dataset(name, base, download=False)
-            except SecureFGLError as exc:
+            except Exception as exc:  # one bad dataset marks its row; the listing goes on
                 row["available"] = False
-                row["status"] = f"unreadable: {str(exc).splitlines()[0]}"
+                row["status"] = f"unreadable: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
             else:
                 row.update(
                     nodes=int(data.num_nodes),
@@ -108,11 +110,16 @@ def _dataset_rows(root: str | None, stats: bool, names: list[str] | None = None)
 @app.command("datasets")
 def datasets_command(
     names: Annotated[
-        list[str] | None, typer.Argument(help="Only these datasets (default: every known dataset).")
+        list[str] | None,
+        typer.Argument(
+            help="Only these datasets (default: every known dataset). `import DIR` instead copies the raw "
+            "files found under DIR into the data root, checks them and lists what is now available.",
+            metavar="[NAMES]... | import DIR",
+        ),
     ] = None,
     root: Annotated[
         str | None,
-        typer.Option("--root", help="Data root (default: $SECUREFGL_DATA or the user cache directory)."),
+        typer.Option("--root", help="Data root (default: $SECUREFGL_DATA, else ~/.cache/securefgl/data)."),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
     stats: Annotated[
@@ -120,7 +127,15 @@ def datasets_command(
         typer.Option("--stats/--no-stats", help="Load the available datasets to report sizes and homophily."),
     ] = True,
 ) -> None:
-    """List the known datasets: where each is found (or why not), nodes, edges, features, classes, homophily."""
+    """List the known datasets: where each is found (or why not), nodes, edges, features, classes, homophily.
+
+    `securefgl datasets import DIR` copies the raw files of every known dataset found under DIR (laid out as
+    under the data root, e.g. DIR/Cora/raw/ind.cora.x, DIR/heterophily-npz/chameleon.npz) into the data
+    root, checks that each loads, and lists them.
+    """
+    if names and names[0] == "import":
+        _import_command(names[1:], root, as_json)
+        return
     try:
         rows = _dataset_rows(root, stats, names)
     except SecureFGLError as exc:
@@ -128,9 +143,13 @@ def datasets_command(
     if as_json:
         typer.echo(json.dumps(_clean(rows), indent=2))
         return
-    from securefgl.data import data_root
+    from securefgl.data.root import data_root
 
-    table = Table(title=f"securefgl datasets (data root: {data_root(root)})")
+    _print_rows(rows, f"securefgl datasets (data root: {data_root(root)})")
+
+
+def _print_rows(rows: list[dict[str, Any]], title: str) -> None:
+    table = Table(title=title)
     for col, justify in (
         ("dataset", "left"),
         ("status", "left"),
@@ -151,7 +170,100 @@ def datasets_command(
             str(r.get("classes", "—")),
             _fmt(r.get("edge_homophily")),
         )
-    Console(width=160).print(table)
+    stdout_console().print(table)
+
+
+def _import_command(args: list[str], root: str | None, as_json: bool) -> None:
+    """``securefgl datasets import DIR``: copy, check, list."""
+    try:
+        if len(args) != 1:
+            raise ConfigError(
+                f"datasets import takes one folder, got {len(args)} argument(s); "
+                "usage: securefgl datasets import DIR [--root ROOT]"
+            )
+        report = _import_datasets(Path(args[0]), root)
+        rows = _dataset_rows(root, True, [r["name"] for r in report["imported"]])
+    except SecureFGLError as exc:
+        raise _fail(exc, as_json) from exc
+    for row in rows:
+        row["import"] = next(r["action"] for r in report["imported"] if r["name"] == row["name"])
+    if as_json:
+        typer.echo(json.dumps(_clean({**report, "datasets": rows}), indent=2))
+    else:
+        for r in report["imported"]:
+            typer.echo(f"{r['name']}: {r['action']}", err=True)
+        for r in report["skipped"]:
+            typer.echo(f"skipped {r['name']}: {r['reason']}", err=True)
+        _print_rows(rows, f"imported into the data root {report['root']}")
+    if any(not r.get("available") for r in rows) or report["skipped"]:
+        raise typer.Exit(4)
+
+
+def _import_datasets(src: Path, root: str | None) -> dict[str, Any]:
+    """Copy every known dataset whose raw files are all under ``src`` into the data root (checked first).
+
+    A file already there with the same bytes is left alone; a different one is replaced and the dataset's
+    stale ``processed/`` folder removed. A dataset with missing or unreadable files is skipped, with why.
+    """
+    import filecmp
+    import shutil
+
+    src = src.expanduser().resolve()
+    if not src.is_dir():
+        raise ConfigError(
+            f"datasets import: {str(src)!r} is not a folder; pass the folder holding the raw files"
+        )
+    from securefgl.data.datasets import DATASETS, unreadable_files
+    from securefgl.data.root import data_root
+    from securefgl.errors import DatasetNotFoundError
+
+    base = data_root(root)
+    if base == src:
+        raise ConfigError(f"datasets import: {str(src)!r} is already the data root; nothing to copy")
+    check_output(base, option="data root")
+    imported: list[dict[str, Any]] = []
+    skipped: list[dict[str, str]] = []
+    for name, info in DATASETS.items():
+        if not info.files:
+            continue
+        top = info.files[0].split("/")[0]
+        layout = src.parent if src.name == top and not (src / top).exists() else src
+        present = [rel for rel in info.files if (layout / rel).exists()]
+        if not present:
+            continue
+        if len(present) < len(info.files):
+            lacking = [rel for rel in info.files if rel not in present]
+            skipped.append({"name": name, "reason": f"missing {', '.join(str(layout / r) for r in lacking)}"})
+            continue
+        bad = unreadable_files(name, layout)
+        if bad:
+            skipped.append({"name": name, "reason": "; ".join(f"{p} {why}" for p, why in bad)})
+            continue
+        copied = 0
+        for rel in info.files:
+            source, target = layout / rel, base / rel
+            if target.is_file() and filecmp.cmp(source, target, shallow=False):
+                continue
+            if target.is_dir():
+                shutil.rmtree(target)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = target.with_name(target.name + ".importing")
+            shutil.copyfile(source, tmp)
+            tmp.replace(target)
+            copied += 1
+        if copied:
+            shutil.rmtree(
+                base / top / "processed", ignore_errors=True
+            )  # stale: rebuilt from the new raw files
+        action = f"copied {copied} of {len(info.files)} files" if copied else "already in the data root"
+        imported.append({"name": name, "action": action})
+    if not imported:
+        reason = f" ({'; '.join(r['name'] + ': ' + r['reason'] for r in skipped)})" if skipped else ""
+        raise DatasetNotFoundError(
+            f"datasets import: no complete dataset under {str(src)!r}{reason}; expected the data-root layout, "
+            "e.g. DIR/Cora/raw/ind.cora.x or DIR/heterophily-npz/chameleon.npz (see `securefgl datasets`)"
+        )
+    return {"source": str(src), "root": str(base), "imported": imported, "skipped": skipped}
 
 
 def _histogram(hist: list[int]) -> str:
@@ -235,7 +347,7 @@ def partition_command(
         typer.Option(
             "--method",
             "-m",
-            help=f"Partition method: {', '.join(partition_methods())} (default louvain).",
+            help=f"Partition method: {names('partition')} (default louvain).",
         ),
     ] = None,
     clients: Annotated[
@@ -248,7 +360,10 @@ def partition_command(
     param: Annotated[
         list[str] | None, typer.Option("--param", "-p", help="Method parameter key=value (repeatable).")
     ] = None,
-    root: Annotated[str | None, typer.Option("--root", help="Data root (default: $SECUREFGL_DATA).")] = None,
+    root: Annotated[
+        str | None,
+        typer.Option("--root", help="Data root (default: $SECUREFGL_DATA, else ~/.cache/securefgl/data)."),
+    ] = None,
     config: Annotated[
         Path | None, typer.Option("--config", help="TOML/YAML/JSON file with dataset and partition sections.")
     ] = None,
@@ -263,7 +378,20 @@ def partition_command(
         Path | None, typer.Option("--plot", help="Write per-client class histograms to this PNG.")
     ] = None,
     out: Annotated[
-        Path | None, typer.Option("--out", help="Write partition.json and config.toml to this folder.")
+        Path | None,
+        typer.Option(
+            "--out",
+            help="Write partition.json, config.toml and partition.npz (node -> client and the split, read back "
+            "by `--partition file --set partition.params.path=...`) to this folder.",
+        ),
+    ] = None,
+    export: Annotated[
+        Path | None,
+        typer.Option(
+            "--export",
+            help="Write one data file per client (its subgraph, masks, its cross-client edge view) and "
+            "federation.json (public facts) to this folder, for `securefgl deploy` / SuperNodes.",
+        ),
     ] = None,
 ) -> None:
     """Build (or load from the cache) a partition and describe it per client.
@@ -273,14 +401,22 @@ def partition_command(
     try:
         flags = _partition_flags(dataset, method, clients, seed, split, param, root, no_cache)
         cfg, ignored = _resolve_config(config, set_ or [], flags)
-        data = cfg.dataset.load()
-        fg = cfg.partition.apply(data, root=cfg.dataset.root)
+        with Console(stderr=True).status(f"loading {cfg.dataset.name}", spinner="dots") as status:
+            data = cfg.dataset.load()
+            status.update(
+                f"partitioning {cfg.dataset.name}: {cfg.partition.method}, {cfg.partition.clients} clients"
+            )
+            fg = cfg.partition.apply(data, root=cfg.dataset.root)
     except SecureFGLError as exc:
         raise _fail(exc, as_json) from exc
 
     summary = fg.summary()
     resolved = to_dict(cfg)
-    written = _write_partition_files(cfg, fg.meta, summary, resolved, plot, out)
+    written = _write_partition_files(cfg, fg, summary, resolved, plot, out)
+    if export is not None:
+        from securefgl.deploy.export import export_clients
+
+        written += [str(p) for p in export_clients(fg, export)]
     if as_json:
         payload = {
             "summary": summary,
@@ -321,13 +457,15 @@ def _partition_flags(
 
 def _write_partition_files(
     cfg: DataConfig,
-    meta: dict[str, Any],
+    fg: FederatedGraph,
     summary: dict[str, Any],
     resolved: dict[str, Any],
     plot: Path | None,
     out: Path | None,
 ) -> list[str]:
     """Write the ``--plot`` PNG and the ``--out`` folder (each with the resolved config); the paths written."""
+    from securefgl.data.partition import save_partition
+
     written: list[str] = []
     if plot is not None:
         _plot(summary, plot)
@@ -336,10 +474,11 @@ def _write_partition_files(
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         (out / "partition.json").write_text(
-            json.dumps(_clean({"summary": summary, "meta": meta, "config": resolved}), indent=2),
+            json.dumps(_clean({"summary": summary, "meta": fg.meta, "config": resolved}), indent=2),
             encoding="utf-8",
         )
         written.append(str(out / "partition.json"))
+        written.append(str(save_partition(fg, out / "partition.npz")))
         written.append(str(save_config(cfg, out / "config.toml")))
     return written
 
@@ -384,7 +523,7 @@ def _print_partition(
     cfg: DataConfig, fg: FederatedGraph, summary: dict[str, Any], ignored: list[str], written: list[str]
 ) -> None:
     """The table, the totals, where the partition came from, and the files written."""
-    console = Console(width=160)
+    console = stdout_console()
     console.print(_partition_table(cfg, fg, summary))
     console.print(
         f"nodes: {summary['num_nodes']} ({summary['nodes_in_clients']} in clients) · "

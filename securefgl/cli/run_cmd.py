@@ -17,40 +17,14 @@ from typing import Annotated, Any
 import typer
 
 from securefgl.cli._app import app
-from securefgl.errors import ConfigError, SecureFGLError
+from securefgl.cli._names import names as _names
+from securefgl.cli._names import unknown_name
+from securefgl.cli._output import check_output, claim_output
+from securefgl.cli._progress import RunTracker as _Tracker
+from securefgl.cli._progress import fmt_bytes as _fmt_bytes
+from securefgl.errors import ConfigError, SecureFGLError, UnsupportedCombinationError
 
 __all__ = ["run_command"]
-
-
-def _names(kind: str) -> str:
-    try:
-        if kind == "protocol":
-            from securefgl.protocols.registry import available_protocols
-
-            return ", ".join(available_protocols())
-        if kind == "algorithm":
-            from securefgl.algorithms.registry import available_algorithms
-
-            return ", ".join(available_algorithms())
-        if kind == "model":
-            from securefgl.nn.registry import available_models
-
-            return ", ".join(available_models())
-        if kind == "dataset":
-            from securefgl.data import dataset_names
-
-            return ", ".join(dataset_names())
-        if kind == "partition":
-            from securefgl.data import partition_methods
-
-            return ", ".join(partition_methods())
-        if kind == "preset":
-            from securefgl.algorithms.presets import preset_names
-
-            return ", ".join(preset_names())
-    except Exception:  # help text must never crash
-        return "see the documentation"
-    return ""
 
 
 def _parse_seeds(text: str) -> list[int]:
@@ -133,13 +107,18 @@ def run_command(
     threads: Annotated[
         int | None,
         typer.Option(
-            help="CPU threads for tensor operations; 1 is often fastest on a busy machine. (default: torch's)"
+            help="CPU threads for tensor operations. (default: 1 for graphs under 20,000 nodes, whose small "
+            "operations only slow down with more; for larger graphs the idle cores, at most 4)"
         ),
     ] = None,
     dropout: Annotated[
         float | None,
         typer.Option(
-            help="Fraction of each round's clients that drop out at a random protocol phase. (default: 0)"
+            help="Fraction of each round's clients that drop out at a random protocol phase. A rate that "
+            "leaves fewer survivors than the protocol's threshold (SecAgg: a majority of the round's clients; "
+            "--set protocol.options.threshold=T) or dp_min_contributors is refused before the run; a round "
+            "that still aborts is skipped, and train.max_failed_rounds (default 5) in a row end the run. "
+            "(default: 0)"
         ),
     ] = None,
     model: Annotated[str | None, typer.Option(help=f"Model: {_names('model')}. (default: gcn)")] = None,
@@ -149,9 +128,26 @@ def run_command(
     ] = None,
     output: Annotated[
         Path | None,
-        typer.Option(help="Results folder. (default: ./results/<time>-<algorithm>-<protocol>-<dataset>)"),
+        typer.Option(
+            help="Results folder, checked before any work. An existing non-empty folder is never overwritten: "
+            "the run writes to <folder>-1 (-2, ...) unless --overwrite. "
+            "(default: ./results/<time>-<algorithm>-<protocol>-<dataset>)"
+        ),
     ] = None,
-    no_save: Annotated[bool, typer.Option("--no-save", help="Do not write a results folder.")] = False,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Write into an existing --output folder, replacing its files.")
+    ] = False,
+    no_save: Annotated[
+        bool, typer.Option("--no-save", help="Do not write a results folder (conflicts with --output).")
+    ] = False,
+    root: Annotated[
+        str | None,
+        typer.Option(
+            "--root",
+            help="Data root holding the datasets' raw files (default: $SECUREFGL_DATA, else "
+            "~/.cache/securefgl/data; fill it with `securefgl datasets import DIR`).",
+        ),
+    ] = None,
     set_: Annotated[
         list[str] | None,
         typer.Option(
@@ -162,25 +158,96 @@ def run_command(
         bool, typer.Option("--quiet", "-q", help="No progress bar or table; one summary line.")
     ] = False,
     as_json: Annotated[
-        bool, typer.Option("--json", help="Print the result as JSON on stdout (for pipelines).")
+        bool,
+        typer.Option(
+            "--json", help="Print the result as JSON on stdout (for pipelines); progress stays on stderr."
+        ),
     ] = False,
 ) -> None:
     """Train an algorithm where the server only sees sums, and report accuracy, F1, bytes and time.
 
     With only --protocol secagg it runs FedAvg on a small synthetic graph (10 clients) in seconds.
+    A round whose protocol aborts (too few clients survive) is skipped and recorded; the run stops after
+    train.max_failed_rounds consecutive aborted rounds (default 5; --set train.max_failed_rounds=N).
+    On Ctrl-C or a failure the finished seeds and the rounds so far are saved, marked INCOMPLETE.
     """
     try:
         _run(locals())
+    except _Interrupted as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(130) from None
     except SecureFGLError as exc:
-        if as_json:
-            typer.echo(
-                json.dumps({"error": str(exc), "type": type(exc).__name__, "exit_code": exc.exit_code})
-            )
-            raise typer.Exit(exc.exit_code) from None
+        _report_failure(exc, as_json)
         raise
 
 
+def _report_failure(exc: SecureFGLError, as_json: bool) -> None:
+    """Exit with the error as JSON (``--json``) or one line naming the partial results; else return."""
+    where = getattr(exc, "output_dir", None)
+    if as_json:
+        payload = {"error": str(exc), "type": type(exc).__name__, "exit_code": exc.exit_code}
+        if where is not None:
+            payload["output_dir"] = str(where)
+        typer.echo(json.dumps(payload))
+        raise typer.Exit(exc.exit_code) from None
+    if where is not None:
+        typer.secho(
+            f"error: {exc} (partial results saved in {where}, marked INCOMPLETE)",
+            fg=typer.colors.RED,
+            err=True,
+        )
+        raise typer.Exit(exc.exit_code) from None
+
+
+def _check_range(
+    value: float | None, option: str, low: float, *, strict: bool = False, high: float | None = None
+) -> None:
+    if value is None:
+        return
+    bad = value <= low if strict else value < low
+    if high is not None:
+        bad = bad or value > high
+    if bad:
+        what = f"> {low:g}" if strict else f">= {low:g}"
+        if high is not None:
+            what += f" and <= {high:g}"
+        raise ConfigError(f"{option} must be {what}, got {value:g}")
+
+
+def _early_checks(opts: dict[str, Any]) -> None:
+    """Checks that need no torch: conflicting options, names, ranges, the output folder (milliseconds)."""
+    if opts["no_save"] and opts["output"] is not None:
+        raise ConfigError("--no-save and --output contradict each other; drop one of them")
+    if opts["no_save"] and opts["overwrite"]:
+        raise ConfigError("--no-save and --overwrite contradict each other; drop one of them")
+    for kind, key in (
+        ("protocol", "protocol"),
+        ("algorithm", "algorithm"),
+        ("dataset", "dataset"),
+        ("partition", "partition"),
+        ("model", "model"),
+        ("preset", "preset"),
+    ):
+        if opts[key] is not None and (msg := unknown_name(kind, opts[key])) is not None:
+            raise ConfigError(f"--{key}: {msg}")
+    for option, key in (("--rounds", "rounds"), ("--local-epochs", "local_epochs"), ("--clients", "clients")):
+        _check_range(opts[key], option, 1)
+    _check_range(opts["hidden"], "--hidden", 1)
+    _check_range(opts["threads"], "--threads", 1)
+    _check_range(opts["lr"], "--lr", 0, strict=True)
+    _check_range(opts["client_fraction"], "--client-fraction", 0, strict=True, high=1)
+    if opts["dropout"] is not None and not 0.0 <= opts["dropout"] < 1.0:
+        raise ConfigError(f"--dropout must be in [0, 1), got {opts['dropout']:g}")
+    if opts["seeds"] is not None:
+        _parse_seeds(opts["seeds"])
+    if opts["output"] is not None:
+        check_output(opts["output"])
+    if opts["config"] is not None and not opts["config"].is_file():
+        raise ConfigError(f"--config {str(opts['config'])!r} is not a file")
+
+
 def _run(opts: dict[str, Any]) -> None:
+    _early_checks(opts)
     from securefgl.config import load_run_config, merge, parse_overrides
 
     split = opts["split"]
@@ -210,9 +277,13 @@ def _run(opts: dict[str, Any]) -> None:
         device=opts["device"],
         threads=opts["threads"],
     )
+    if opts["root"] is not None:
+        overrides = merge(overrides, {"dataset": {"root": opts["root"]}})
     if opts["set_"]:
         overrides = merge(overrides, parse_overrides(opts["set_"]))
     if opts["no_save"]:
+        if overrides.get("output", {}).get("dir") is not None:
+            raise ConfigError("--no-save and output.dir contradict each other; drop one of them")
         overrides = merge(overrides, {"output": {"save": False}})
     base = None
     if opts["preset"] is not None:
@@ -231,16 +302,30 @@ def _run(opts: dict[str, Any]) -> None:
         num_clients=cfg.partition.clients,
         dropout=cfg.protocol.dropout,
     )
+    _refuse_unused_protocol(cfg, opts["protocol"])
+    _check_protocol(cfg)
+    if cfg.threads is None:
+        from securefgl.cli._threads import approximate_nodes, default_threads
+        from securefgl.config import replace
 
-    import securefgl
+        cfg = replace(
+            cfg, threads=default_threads(approximate_nodes(cfg.dataset.name, cfg.dataset.csbm.num_nodes))
+        )
+    out_dir = _claim_output(cfg, opts["overwrite"], opts["quiet"] or opts["as_json"])
+
     from securefgl.training.device import tune_cpu_allocator
 
     tune_cpu_allocator()  # large batched-training buffers: avoid a page fault storm per epoch (Linux glibc)
     quiet, as_json = opts["quiet"], opts["as_json"]
-    if quiet or as_json:
-        result = securefgl.run(cfg)
-    else:
-        result = _run_with_progress(cfg)
+    result = _execute(cfg, out_dir, progress=not quiet)
+    aborted = _aborted_rounds(result)
+    if aborted:
+        typer.echo(
+            f"note: {aborted} round(s) aborted (too few clients survived) and were skipped; the run stops "
+            f"after train.max_failed_rounds={cfg.train.max_failed_rounds} in a row"
+            + (f" (listed in {result.output_dir / 'metrics.json'})" if result.output_dir is not None else ""),
+            err=True,
+        )
     if as_json:
         typer.echo(json.dumps(_json_summary(result), indent=2))
     elif quiet:
@@ -252,6 +337,146 @@ def _run(opts: dict[str, Any]) -> None:
         )
     else:
         _print_table(result)
+
+
+def _aborted_rounds(result: Any) -> int:
+    """Rounds skipped because their protocol aborted, over all seeds."""
+    return sum(len(s.report.get("aborted_rounds", ())) for s in result.seeds)
+
+
+def _refuse_unused_protocol(cfg: Any, asked: str | None) -> None:
+    """An explicit --protocol for an algorithm that never communicates would be silently ignored: refuse."""
+    if asked is None:
+        return
+    from securefgl.algorithms.registry import get_algorithm
+
+    if not get_algorithm(cfg.algorithm.name).uses_protocol:
+        raise UnsupportedCombinationError(
+            f"--algorithm {cfg.algorithm.name} never communicates, so --protocol {asked} would have no "
+            "effect; drop --protocol (or pick a federated algorithm)"
+        )
+
+
+def _check_protocol(cfg: Any) -> None:
+    """Build the run's protocol now, so that bad protocol or DP options are one line before any progress
+    bar, and refuse a dropout rate that leaves fewer clients than it needs in every round."""
+    from securefgl.algorithms.registry import get_algorithm
+    from securefgl.engine.runner import _build_protocol
+
+    if not get_algorithm(cfg.algorithm.name).uses_protocol:
+        return
+    per_round = cfg.train.clients_in_round(cfg.partition.clients)
+    protocol = _build_protocol(cfg, per_round, cfg.partition.clients)  # what the run will build
+    rate = float(cfg.protocol.dropout)
+    if rate <= 0:
+        return
+    inner = getattr(protocol, "base", protocol)
+    needed, what = 0, ""
+    if hasattr(inner, "parameters"):
+        needed, what = int(inner.parameters(per_round).threshold), "the protocol's threshold"
+    min_contrib = getattr(protocol, "min_contributors", None)
+    if isinstance(min_contrib, int) and min_contrib > needed:
+        needed, what = min_contrib, "DP's min_contributors"
+    dropped = int(round(rate * per_round))
+    alive = per_round - dropped
+    if needed and alive < needed:
+        most = (per_round - needed) / per_round
+        raise ConfigError(
+            f"--dropout {rate:g} drops {dropped} of the {per_round} clients of every round, leaving {alive}, "
+            f"below {what} {needed}: every round would abort. Use --dropout <= {most:.2f}, more clients, "
+            f"or a lower threshold (--set protocol.options.threshold={alive})"
+        )
+
+
+def _claim_output(cfg: Any, overwrite: bool, quiet: bool) -> Path | None:
+    """The results folder this run writes (checked now, before any work); ``None`` when saving is off."""
+    if not cfg.output.save:
+        return None
+    if cfg.output.dir is not None:
+        wanted = Path(cfg.output.dir)
+    else:
+        import datetime as _dt
+
+        stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        name = f"{stamp}-{cfg.algorithm.name}-{cfg.protocol.name}-{cfg.dataset.name}".replace("+", "plus")
+        wanted = Path("results") / name
+    out_dir, renamed = claim_output(wanted, overwrite=overwrite)
+    if renamed:
+        typer.echo(
+            f"note: {wanted} already holds results; writing to {out_dir} (--overwrite reuses it)", err=True
+        )
+    return out_dir
+
+
+class _Interrupted(Exception):
+    """Ctrl-C during a run, after what was finished has been saved."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+
+
+def _execute(cfg: Any, out_dir: Path | None, *, progress: bool) -> Any:
+    """Run every seed, saving after each one; on Ctrl-C or a failure save what finished, marked incomplete."""
+    import securefgl
+    from securefgl.api import RunResult
+    from securefgl.config import replace
+    from securefgl.engine.metrics import mean_std
+    from securefgl.engine.records import SeedResult
+    from securefgl.engine.results import write_results
+
+    done: list[Any] = []
+    facts: dict[str, Any] = {"device": "", "graph": {}}
+    tracker = _Tracker(cfg, enabled=progress)
+
+    def save(status: str, error: str | None = None, partial: Any = None) -> bool:
+        seeds = done + ([partial] if partial is not None else [])
+        if out_dir is None or not seeds:
+            return False
+        summary = mean_std([s.summary() for s in seeds if s.final is not None] or [{}])
+        plot = cfg.output.plot and status in ("ok", "failed")  # no plot between seeds or after Ctrl-C
+        write_results(out_dir, cfg, seeds, summary, status=status, error=error, extra=facts, plot=plot)
+        return True
+
+    seed = cfg.seeds[0]
+    with tracker:
+        try:  # Ctrl-C may come at any point: during a seed, between seeds, while saving
+            for seed in cfg.seeds:
+                one = replace(cfg, {"seeds": [seed], "output": {"save": False}})
+                tracker.setup(seed)
+                try:
+                    r = securefgl.run(one, on_round=tracker.on_round, on_seed=tracker.on_seed)
+                except Exception as exc:  # a bug must not lose the finished seeds either
+                    partial = getattr(exc, "partial", None)
+                    if partial is None and tracker.rounds_of(seed):
+                        partial = SeedResult(
+                            seed, rounds=tracker.rounds_of(seed), status="failed", error=str(exc)
+                        )
+                    if save("failed", f"seed {seed}: {type(exc).__name__}: {exc}", partial):
+                        exc.output_dir = out_dir  # type: ignore[attr-defined]
+                    raise
+                facts.update(device=r.device, graph=r.graph)
+                done.extend(r.seeds)
+                if len(done) < len(cfg.seeds):
+                    save("running", f"{len(done)} of {len(cfg.seeds)} seeds finished")
+            if out_dir is not None:
+                save("ok")
+        except KeyboardInterrupt:
+            rounds = [] if any(s.seed == seed for s in done) else tracker.rounds_of(seed)
+            partial = SeedResult(seed, rounds=rounds, status="interrupted", error="interrupted (Ctrl-C)")
+            saved = save(
+                "interrupted",
+                f"interrupted (Ctrl-C) with {len(done)} of {len(cfg.seeds)} seeds finished",
+                partial if rounds else None,
+            )
+            where = (
+                f"finished seeds and partial metrics saved in {out_dir}, marked INCOMPLETE"
+                if saved
+                else "nothing was saved"
+            )
+            raise _Interrupted(
+                f"interrupted: {len(done)} of {len(cfg.seeds)} seeds finished; {where}"
+            ) from None
+    return RunResult(cfg, done, facts["device"], facts["graph"], out_dir)
 
 
 def _json_summary(result: Any) -> dict[str, Any]:
@@ -269,63 +494,12 @@ def _json_summary(result: Any) -> dict[str, Any]:
     return clean(d)
 
 
-def _fmt_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GiB"
-
-
-def _run_with_progress(cfg: Any) -> Any:
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    import securefgl
-
-    console = Console(stderr=True)
-    console.print(
-        f"[bold]securefgl run[/]: algorithm [cyan]{cfg.algorithm.name}[/], protocol [cyan]{cfg.protocol.name}[/], "
-        f"dataset [cyan]{cfg.dataset.name}[/] ({cfg.partition.method}, {cfg.partition.clients} clients), "
-        f"model [cyan]{cfg.model.name}[/], seeds {list(cfg.seeds)}"
-    )
-    state: dict[str, Any] = {}
-    with Progress(
-        TextColumn("[bold blue]seed {task.fields[seed]}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("loss {task.fields[loss]}"),
-        TextColumn("val acc {task.fields[val]}"),
-        TextColumn("{task.fields[bytes]}"),
-        TimeElapsedColumn(),
-        console=console,
-        transient=False,
-    ) as progress:
-
-        def on_seed(seed: int, planned: int) -> None:
-            state["task"] = progress.add_task("", total=planned, seed=seed, loss="-", val="-", bytes="0 B")
-            state["bytes"] = 0
-
-        def on_round(seed: int, rec: Any) -> None:
-            state["bytes"] += rec.total_up + rec.total_down
-            fields: dict[str, Any] = {"bytes": _fmt_bytes(state["bytes"])}
-            if not math.isnan(rec.loss):
-                fields["loss"] = f"{rec.loss:.3f}"
-            if rec.metrics:
-                fields["val"] = f"{100 * rec.metrics['val_acc']:.1f}%"
-            progress.update(state["task"], advance=1, **fields)
-
-        result = securefgl.run(cfg, on_round=on_round, on_seed=on_seed)
-        for task in progress.tasks:
-            progress.update(task.id, completed=task.total)
-    return result
-
-
 def _print_table(result: Any) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    from securefgl.cli._console import stdout_console
+
+    console = stdout_console()
     seeds = result.seeds
     per: dict[int, list[dict[str, Any]]] = {}
     traffic: dict[int, list[tuple[int, int]]] = {}
@@ -394,13 +568,17 @@ def _print_table(result: Any) -> None:
     overall.add_row("time cryptography (s)", ms("crypto_seconds", 1.0))
     overall.add_row("time evaluation (s)", ms("eval_seconds", 1.0))
     overall.add_row("dropouts", ms("dropouts", 1.0, "{:.0f}"))
+    overall.add_row("rounds aborted and skipped (all seeds)", str(_aborted_rounds(result)))
     if "dp_epsilon" in summ:
         delta = summ.get("dp_delta", {}).get("mean", float("nan"))
         overall.add_row(f"privacy spent: epsilon at delta {delta:g}", ms("dp_epsilon", 1.0))
     overall.add_row("device", result.device)
     console.print(overall)
     if result.output_dir is not None:
+        from securefgl.engine.results import result_files
+
         console.print(
-            f"results: [bold]{result.output_dir}[/] (config.toml, metrics.json, clients.csv, plot.png)"
+            f"results: [bold]{result.output_dir}[/] ({', '.join(result_files(result.output_dir))})",
+            highlight=False,
         )
     sys.stdout.flush()

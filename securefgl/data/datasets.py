@@ -32,6 +32,7 @@ csbm                          :func:`make_csbm`     none (synthetic default)
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import importlib.util
 from collections.abc import Callable
@@ -53,6 +54,7 @@ __all__ = [
     "canonical_name",
     "dataset_files",
     "missing_files",
+    "unreadable_files",
     "load_dataset",
 ]
 
@@ -210,19 +212,109 @@ def missing_files(name: str, root: str | Path | None = None) -> list[Path]:
     return [p for p in dataset_files(name, base) if not p.exists()]
 
 
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text[:200]}" if text else type(exc).__name__
+
+
 def _not_found(
     info: DatasetInfo, root: Path, reason: str, cause: BaseException | None = None
 ) -> DatasetNotFoundError:
-    expected = "\n  ".join(str(root / f) for f in info.files)
+    """One line: the dataset, the root, why, every file expected, and how to put the files there."""
+    expected = ", ".join(str(root / f) for f in info.files)
+    folder = info.files[0].split("/")[0] if info.files else info.name
     msg = (
-        f"dataset {info.name!r} is not available under the data root {str(root)!r} ({reason}).\n"
-        f"Files expected:\n  {expected}\n"
-        f"Put the raw files there, or point {ENV_VAR} (or --root) at a directory that has them "
-        f"(a writable copy of shared/datasets works for Cora, CiteSeer, Minesweeper, Tolokers and the npz graphs)."
+        f"dataset {info.name!r} is not available under the data root {str(root)!r} ({reason}"
+        + (f"; download error: {_one_line(cause)}" if cause is not None else "")
+        + f"); files expected: {expected}. Copy them in with `securefgl datasets import DIR` (DIR holding "
+        f"{folder}/...), or point {ENV_VAR} (or --root) at a writable folder that has them"
     )
-    if cause is not None:
-        msg += f"\nDownload error: {type(cause).__name__}: {cause}"
     return DatasetNotFoundError(msg)
+
+
+def _probe(path: Path) -> str | None:
+    """Why a raw file cannot be read (``None``: it reads), without trusting its content beyond its format."""
+    import gzip
+    import json
+    import pickle
+    import warnings
+
+    if path.is_dir():
+        return "is a directory, not a file"
+    try:
+        name = path.name
+        if name.endswith(".npz"):
+            with np.load(path, allow_pickle=True) as z:
+                for key in z.files:
+                    z[key]
+        elif name.endswith(".npy"):
+            np.load(path, allow_pickle=False)
+        elif name.endswith(".json"):
+            json.loads(path.read_text(encoding="utf-8"))
+        elif name.endswith(".gz"):
+            with gzip.open(path) as fh:
+                while fh.read(1 << 20):
+                    pass
+        elif ".test.index" in name:
+            [int(line) for line in path.read_text(encoding="utf-8").split()]
+        elif "/raw/ind." in path.as_posix():  # Planetoid pickles (scipy matrices, numpy arrays, dicts)
+            with path.open("rb") as fh, warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)  # old scipy module paths inside
+                pickle.load(fh, encoding="latin1")
+    except Exception as exc:  # any failure to parse is what we report
+        return f"cannot be read ({_one_line(exc)})"
+    return None
+
+
+def unreadable_files(name: str, root: str | Path | None = None) -> list[tuple[Path, str]]:
+    """The files of ``name`` under ``root`` that exist but cannot be read, each with why (a folder in place of a
+    file, a truncated or garbled archive, pickle, JSON or gzip file). Missing files are not listed."""
+    info = DATASETS[canonical_name(name)]
+    base = data_root(root)
+    out = []
+    for rel in info.files:
+        path = base / rel
+        problem = _probe(path) if path.exists() else None
+        if problem is not None:
+            out.append((path, problem))
+    return out
+
+
+def _unreadable(info: DatasetInfo, root: Path, cause: BaseException) -> DatasetNotFoundError:
+    """One line naming the file that breaks ``info``'s loading, and the fix."""
+    for rel in info.files:
+        path = root / rel
+        problem = _probe(path) if path.exists() else None
+        if problem is not None:
+            return DatasetNotFoundError(
+                f"dataset {info.name!r}: {path} {problem}; replace it with an intact copy "
+                f"(`securefgl datasets import DIR` copies and checks the raw files)"
+            )
+    processed = root / info.files[0].split("/")[0] / "processed" if info.files else None
+    if processed is not None and processed.is_dir() and any(processed.iterdir()):
+        return DatasetNotFoundError(
+            f"dataset {info.name!r}: its processed copy {processed} cannot be read ({_one_line(cause)}); "
+            f"delete {processed} and retry (it is rebuilt from raw/)"
+        )
+    return DatasetNotFoundError(
+        f"dataset {info.name!r}: its files under {root} cannot be read ({_one_line(cause)}); "
+        f"copy them again with `securefgl datasets import DIR`"
+    )
+
+
+def _new_dirs(info: DatasetInfo, base: Path) -> list[Path]:
+    """The folders loading ``info`` may create that do not exist yet, deepest first."""
+    top = base / info.files[0].split("/")[0] if info.files else base
+    candidates = [top / "processed", top / "raw", top, base]
+    candidates += [base / Path(f).parent for f in info.files]
+    return sorted({d for d in candidates if not d.exists()}, key=lambda d: -len(d.parts))
+
+
+def _remove_empty(dirs: list[Path]) -> None:
+    """Remove the folders of ``dirs`` that are (now) empty, deepest first: a failed load leaves none."""
+    for d in dirs:
+        with contextlib.suppress(OSError):
+            d.rmdir()
 
 
 def _pick(mask: torch.Tensor | None, split_index: int) -> torch.Tensor | None:
@@ -330,7 +422,9 @@ def load_dataset(
     Raises:
         ConfigError: Unknown name (the valid choices are listed), or a data root that is not writable.
         DatasetNotFoundError: Files missing and the download impossible or failed; the message names the dataset,
-            the root, the files expected and ``SECUREFGL_DATA``.
+            the root, the files expected and ``SECUREFGL_DATA``. Also a file that cannot be read (truncated,
+            garbled, a folder in its place, an unreadable ``processed/`` copy): one line naming the file and the
+            fix. A failed load removes the empty folders it created.
     """
     canon = canonical_name(name)
     info = DATASETS[canon]
@@ -354,7 +448,20 @@ def load_dataset(
     if info.family == "npz":
         if missing:  # no PyG class (and no download) for this format
             raise _not_found(info, base, "file missing; this format is never downloaded")
-        return _load_npz(info, base, split_index)
+        try:
+            return _load_npz(info, base, split_index)
+        except Exception as exc:  # truncated or garbled archive, a folder in its place, missing keys
+            raise _unreadable(info, base, exc) from exc
+    created = _new_dirs(info, base)
+    try:
+        return _load_with_pyg(info, base, split_index, missing)
+    except BaseException:
+        _remove_empty(created)
+        raise
+
+
+def _load_with_pyg(info: DatasetInfo, base: Path, split_index: int, missing: list[Path]) -> Data:
+    """Load through PyG (or ogb), turning every failure into one typed error that names the file and fix."""
     try:
         if info.family == "ogb":
             return _load_ogb(info, base)
@@ -373,10 +480,10 @@ def load_dataset(
             raise _not_found(
                 info, base, f"{len(missing)} file(s) missing and the download failed", exc
             ) from exc
-        raise
+        raise _unreadable(info, base, exc) from exc
     except Exception as exc:  # a download failure surfaces as many types (URLError, HTTPError, ...)
         if missing:
             raise _not_found(
                 info, base, f"{len(missing)} file(s) missing and the download failed", exc
             ) from exc
-        raise
+        raise _unreadable(info, base, exc) from exc

@@ -7,8 +7,11 @@ Layout::
     <dir>/clients.csv     one row per (seed, client): final val/test accuracy and F1, minority accuracy,
                           bytes up and down
     <dir>/plot.png        validation/test accuracy and cumulative communication against rounds
+    <dir>/INCOMPLETE      present only while a run is unfinished, failed or was interrupted: why
 
-A run that fails part-way still writes these with ``"status": "failed"`` and the rounds it completed.
+A run that fails part-way still writes these with ``"status": "failed"`` (``"interrupted"`` after Ctrl-C,
+``"running"`` between seeds) and the seeds and rounds it completed; the ``INCOMPLETE`` marker says so
+to anyone listing the folder, and a finished run removes it.
 """
 
 from __future__ import annotations
@@ -25,7 +28,13 @@ if TYPE_CHECKING:
     from securefgl.config import RunConfig
     from securefgl.engine.runner import SeedResult
 
-__all__ = ["write_results"]
+__all__ = ["INCOMPLETE_MARKER", "RESULT_FILES", "result_files", "write_results"]
+
+#: The marker file of a results folder whose run did not finish.
+INCOMPLETE_MARKER = "INCOMPLETE"
+
+#: The files a results folder can hold, in the order they are listed to the user.
+RESULT_FILES = ("config.toml", "metrics.json", "clients.csv", "plot.png", INCOMPLETE_MARKER)
 
 
 def _jsonable(obj: Any) -> Any:
@@ -49,7 +58,11 @@ def write_results(
     extra: dict[str, Any] | None = None,
     plot: bool = True,
 ) -> Path:
-    """Write (or overwrite) the results folder and return it."""
+    """Write (or overwrite) the results folder and return it.
+
+    A ``status`` other than ``"ok"`` also writes the ``INCOMPLETE`` marker (status and error); ``"ok"``
+    removes it.
+    """
     out_dir.mkdir(parents=True, exist_ok=True)
     save_config(config, out_dir / "config.toml")
     payload = {
@@ -63,7 +76,17 @@ def write_results(
     _write_csv(out_dir / "clients.csv", seeds)
     if plot and any(s.rounds for s in seeds):
         _plot(out_dir / "plot.png", seeds)
+    marker = out_dir / INCOMPLETE_MARKER
+    if status == "ok":
+        marker.unlink(missing_ok=True)
+    else:
+        marker.write_text(f"status: {status}\n" + (f"error: {error}\n" if error else ""), encoding="utf-8")
     return out_dir
+
+
+def result_files(out_dir: Path) -> list[str]:
+    """The names of the result files present in ``out_dir``, in :data:`RESULT_FILES` order."""
+    return [name for name in RESULT_FILES if (out_dir / name).is_file()]
 
 
 def _write_csv(path: Path, seeds: list[SeedResult]) -> None:

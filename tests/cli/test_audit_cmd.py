@@ -49,7 +49,7 @@ def test_audit_json_small_run(tmp_path):
     ]
     r = runner.invoke(app, args)
     assert r.exit_code == 0, r.output
-    doc = json.loads(r.output)
+    doc = json.loads(r.stdout)
     assert {o["attack"] for o in doc["outcomes"]} == {"label", "min-cohort"}
     assert (tmp_path / "summary.md").exists()
 
@@ -57,4 +57,4 @@ def test_audit_json_small_run(tmp_path):
 def test_audit_bad_attack_is_a_config_error():
     r = runner.invoke(app, ["audit", "--attack", "telepathy", "--json"])
     assert r.exit_code == 2
-    assert json.loads(r.output)["type"] == "ConfigError"
+    assert json.loads(r.stdout)["type"] == "ConfigError"

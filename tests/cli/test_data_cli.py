@@ -35,7 +35,7 @@ def test_datasets_json(data_root) -> None:
         ],
     )
     assert result.exit_code == 0, result.output
-    rows = {r["name"]: r for r in json.loads(result.output)}
+    rows = {r["name"]: r for r in json.loads(result.stdout)}
     assert rows["Cora"]["available"] and rows["Cora"]["nodes"] == 2708 and rows["Cora"]["classes"] == 7
     assert rows["Cora"]["edges"] == 5278 and 0.8 < rows["Cora"]["edge_homophily"] < 0.82
     assert rows["Minesweeper"]["available"] and rows["chameleon"]["features"] == 2325
@@ -56,7 +56,7 @@ def test_partition_table_and_cache(data_root) -> None:
     first = runner.invoke(app, args)
     assert first.exit_code == 0, first.output
     assert "Cora · metis+ · 4 clients" in first.output and "cross-client edges" in first.output
-    assert "cached" in first.output
+    assert "cached" in first.output or "loaded from cache" in first.output  # a reused data root has it
     second = runner.invoke(app, args)
     assert "loaded from cache" in second.output
 
@@ -90,7 +90,7 @@ def test_partition_json_plot_out_and_config(data_root, tmp_path) -> None:
         ],
     )
     assert result.exit_code == 0, result.output
-    payload = json.loads(result.output)
+    payload = json.loads(result.stdout)
     assert payload["config"]["partition"] == {
         "method": "dirichlet",
         "clients": 5,
@@ -111,6 +111,14 @@ def test_partition_json_plot_out_and_config(data_root, tmp_path) -> None:
     assert saved["partition"]["clients"] == 5 and saved["dataset"]["csbm"]["num_nodes"] == 400
     assert json.loads((tmp_path / "out" / "partition.json").read_text())["summary"] == summary
     assert (tmp_path / "out" / "config.toml").is_file()
+    # partition.npz reads back through the file method: the same owners as the table
+    import numpy as np
+
+    with np.load(tmp_path / "out" / "partition.npz") as z:
+        owner = z["node_owner"]
+        assert z["train_mask"].dtype == np.bool_
+    sizes = np.bincount(owner[owner >= 0], minlength=5).tolist()
+    assert sizes == [r["nodes"] for r in summary["clients"]]
 
 
 @pytest.mark.parametrize(
@@ -131,7 +139,7 @@ def test_partition_bad_input_exit_codes(tmp_path, args: list[str], code: int, ne
     assert result.exit_code == code
     assert needle in result.output
     as_json = runner.invoke(app, ["partition", "--no-cache", "--json", *args])
-    assert as_json.exit_code == code and needle in json.loads(as_json.output)["error"]
+    assert as_json.exit_code == code and needle in json.loads(as_json.stdout)["error"]
 
 
 def test_non_integer_seed_is_a_usage_error() -> None:

@@ -99,7 +99,7 @@ def test_json_output_for_pipelines(data_root):
         ],
     )
     assert res.exit_code == 0, res.output
-    out = json.loads(res.output)
+    out = json.loads(res.stdout)
     assert out["config"]["model"]["name"] == "sage" and out["config"]["dataset"]["csbm"]["num_nodes"] == 500
     assert out["output_dir"] is None
     assert set(out["summary"]["test_f1"]) == {"mean", "std"}
@@ -153,7 +153,7 @@ def test_cuda_asked_but_absent(capsys, data_root):
 def test_json_errors(data_root):
     res = runner.invoke(app, ["run", "--protocol", "rot13", "--json"])
     assert res.exit_code == 2
-    out = json.loads(res.output)
+    out = json.loads(res.stdout)
     assert out["type"] == "ConfigError" and out["exit_code"] == 2 and "rot13" in out["error"]
 
 
@@ -175,7 +175,7 @@ def test_preset_is_the_lowest_layer(data_root):
         + ["--set", "dataset.csbm.num_nodes=300", "--set", "algorithm.options.lambda1=2.0"],
     )
     assert res.exit_code == 0, res.output
-    cfg = json.loads(res.output)["config"]
+    cfg = json.loads(res.stdout)["config"]
     assert cfg["algorithm"]["name"] == "fedspray" and cfg["train"]["rounds"] == 1
     assert cfg["algorithm"]["options"]["proxy_mode"] == "code_persistent"
     assert cfg["algorithm"]["options"]["lambda1"] == 2.0 and cfg["train"]["local_epochs"] == 5

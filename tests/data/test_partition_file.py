@@ -55,7 +55,11 @@ def test_bad_files_are_refused_with_the_reason(small_csbm, tmp_path) -> None:
         (_write(tmp_path / "b.npz", node_owner=owner[:-1]), 3, f"must be \\({n},\\) integers"),
         (_write(tmp_path / "c.npz", node_owner=owner.astype(float)), 3, "integers"),
         (_write(tmp_path / "d.npz", node_owner=owner), 2, "set partition.clients to 3"),
-        (_write(tmp_path / "e.npz", node_owner=owner - 2), 3, "valid: -1 for no client"),
+        (
+            _write(tmp_path / "e.npz", node_owner=owner - 2),
+            3,
+            "client id -2; valid ids are -1 .no client. and 0..2",
+        ),
         (
             _write(tmp_path / "f.npz", node_owner=owner, train_mask=masks["train_mask"]),
             3,
@@ -73,9 +77,10 @@ def test_bad_files_are_refused_with_the_reason(small_csbm, tmp_path) -> None:
         with pytest.raises(PartitionError, match=needle):
             partition_graph(small_csbm, "file", k, path=path)
     (tmp_path / "junk.npz").write_text("not a zip")
-    with pytest.raises(PartitionError, match="not a readable .npz"):
+    with pytest.raises(PartitionError, match="not a readable .npz") as info:
         partition_graph(small_csbm, "file", 3, path=str(tmp_path / "junk.npz"))
-    with pytest.raises(ConfigError, match="params.path must name"):
+    assert "pickle" not in str(info.value)  # numpy's loader wording is not the user's problem
+    with pytest.raises(ConfigError, match="--set partition.params.path=partition.npz"):
         partition_graph(small_csbm, "file", 3)
 
 

@@ -32,7 +32,7 @@ class FileParams:
         if not isinstance(self.path, str) or not self.path:
             raise ConfigError(
                 "file: params.path must name an .npz partition file (node_owner [, train_mask, val_mask, "
-                "test_mask]), e.g. --param path=partition.npz"
+                "test_mask]), e.g. securefgl run --partition file --set partition.params.path=partition.npz"
             )
 
 
@@ -44,8 +44,12 @@ def _file_method(data: Data, k: int, seed: int, p: FileParams) -> _Result:
     try:
         with np.load(path, allow_pickle=False) as z:
             arrays = {key: np.asarray(z[key]) for key in z.files}
-    except (OSError, ValueError) as exc:
-        raise PartitionError(f"file: {str(path)!r} is not a readable .npz archive ({exc})") from exc
+    except (OSError, ValueError, EOFError) as exc:
+        # numpy's own text ("pickled data", "Failed to interpret file") describes its loader, not the file
+        raise PartitionError(
+            f"file: {str(path)!r} is not a readable .npz archive (numpy arrays saved with np.savez, e.g. by "
+            "securefgl partition --out DIR or securefgl.data.save_partition)"
+        ) from exc
     n = int(data.num_nodes)
     if "node_owner" not in arrays:
         raise PartitionError(
@@ -57,9 +61,13 @@ def _file_method(data: Data, k: int, seed: int, p: FileParams) -> _Result:
             f"file: node_owner must be ({n},) integers for this graph, got shape {owner.shape} dtype {owner.dtype}"
         )
     owner = owner.astype(np.int64)
-    if owner.min() < -1 or owner.max() >= k:
+    if owner.min() < -1:
         raise PartitionError(
-            f"file: node_owner holds client ids {int(owner.min())}..{int(owner.max())} but num_clients is {k} "
+            f"file: node_owner holds client id {int(owner.min())}; valid ids are -1 (no client) and 0..{k - 1}"
+        )
+    if owner.max() >= k:
+        raise PartitionError(
+            f"file: node_owner holds client ids up to {int(owner.max())} but num_clients is {k} "
             f"(valid: -1 for no client, 0..{k - 1}); set partition.clients to {int(owner.max()) + 1}"
         )
     present = [key for key in PARTITION_FILE_KEYS[1:] if key in arrays]
