@@ -27,8 +27,15 @@ from securefgl.attacks.gradient_inversion import (
     score_reconstruction,
     simulate_update,
 )
+from securefgl.attacks.imprint import ImprintConfig, ImprintResult, imprint_attack
 from securefgl.attacks.link_stealing import balanced_pairs, link_stealing
 from securefgl.attacks.membership import membership_inference
+from securefgl.attacks.model_check import (
+    BroadcastCheck,
+    SuspiciousModelError,
+    check_update_rule,
+    first_layer_sanity,
+)
 from securefgl.attacks.statistics_inversion import (
     class_statistics,
     compare_statistics,
@@ -53,16 +60,21 @@ __all__ = [
     "AttackOutcome",
     "AuditConfig",
     "AuditResult",
+    "BroadcastCheck",
     "GraphKnowledge",
+    "ImprintConfig",
+    "ImprintResult",
     "InversionConfig",
     "Metric",
     "ModelUpdate",
     "PublicInfo",
     "Reconstruction",
+    "SuspiciousModelError",
     "TrainingRecipe",
     "audit",
     "balanced_pairs",
     "bias_candidates",
+    "check_update_rule",
     "class_statistics",
     "client_view",
     "collusion_view",
@@ -71,7 +83,9 @@ __all__ = [
     "differencing_attack",
     "disaggregation_attack",
     "external_edge_inference",
+    "first_layer_sanity",
     "hungarian_match",
+    "imprint_attack",
     "invert_update",
     "layout_for",
     "link_stealing",

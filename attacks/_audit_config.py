@@ -8,6 +8,7 @@ from typing import Any
 
 from securefgl.attacks.gradient_inversion import InversionConfig
 from securefgl.errors import AttackNotApplicableError, ConfigError
+from securefgl.protocols.registry import parse_protocol
 
 #: Every attack the audit knows, in report order.
 ATTACKS = (
@@ -21,6 +22,7 @@ ATTACKS = (
     "model-inconsistency",
     "min-cohort",
     "disaggregation",
+    "malicious-model",
 )
 _ALIASES = {
     "gi": "gradient-inversion",
@@ -34,6 +36,8 @@ _ALIASES = {
     "cohort": "min-cohort",
     "structure": "structure-inference",
     "edge-inference": "structure-inference",
+    "imprint": "malicious-model",
+    "robbing-the-fed": "malicious-model",
 }
 _VIEWS = ("server", "client", "collusion")
 
@@ -62,13 +66,19 @@ class AuditConfig:
         colluders: Colluding clients of the ``"collusion"`` view (default: the two largest clients).
         trials: Targets (or seeds) per attack; at least 5 is the harness's rule. (default: ``5``)
         seed: Training and attack seed. (default: ``0``)
-        rounds: Rounds of the federated job (``None``: the run config's). (default: ``None``)
+        rounds: Rounds of the federated job (``None``: the run config's); the job is evaluated once, after
+            the last round (``train.eval_every`` in ``run`` overrides). The update attacks read round
+            ``attack_round``, the model attacks the last broadcast. (default: ``20``)
         attack_round: Which round's updates the update attacks use (0: the first). (default: ``0``)
         graph_known: Give the adversary the targets' graph structure (edges, labelled nodes). (default: False)
         run: Extra run-config sections merged into the job's config (``{"train": {...}, "partition":
             {...}, "protocol": {"options": ...}}``). (default: ``{}``)
-        inversion: Reconstruction settings. (default: a lighter :class:`InversionConfig` than the library's)
+        inversion: Reconstruction settings. (default: one restart of 25 iterations, so that the default
+            audit finishes in about two minutes; raise ``restarts`` and ``iterations`` for the attack's
+            documented strength)
         guard_min_difference: ``m`` of the ReleaseGuard used by the differencing defence. (default: ``2``)
+        imprint_rounds: Crafted rounds of the malicious-model attack (bins = rounds x (hidden - 1)).
+            (default: ``64``)
         output: Folder for ``audit.json``, ``summary.md`` and figures (``None``: nothing written).
         figures: Write figures. (default: ``True``)
         device: ``"cpu"``, ``"cuda"`` or ``"auto"``. (default: ``"cpu"``)
@@ -85,12 +95,13 @@ class AuditConfig:
     colluders: tuple[int, ...] = ()
     trials: int = 5
     seed: int = 0
-    rounds: int | None = None
+    rounds: int | None = 20
     attack_round: int = 0
     graph_known: bool = False
     run: Mapping[str, Any] = field(default_factory=dict)
-    inversion: InversionConfig = field(default_factory=lambda: InversionConfig(restarts=4, iterations=100))
+    inversion: InversionConfig = field(default_factory=lambda: InversionConfig(restarts=1, iterations=25))
     guard_min_difference: int = 2
+    imprint_rounds: int = 64
     output: str | None = None
     figures: bool = True
     device: str = "cpu"
@@ -117,6 +128,8 @@ class AuditConfig:
             raise ConfigError(f"clients must be >= 1, got {self.clients}")
         if self.attack_round < 0:
             raise ConfigError(f"attack_round must be >= 0, got {self.attack_round}")
+        if self.imprint_rounds < 1:
+            raise ConfigError(f"imprint_rounds must be >= 1, got {self.imprint_rounds}")
         if self.guard_min_difference < 2:
             raise ConfigError(f"guard_min_difference must be >= 2, got {self.guard_min_difference}")
         if not isinstance(self.run, Mapping):
@@ -130,7 +143,7 @@ class AuditConfig:
 _UPDATE_ATTACKS = ("gradient-inversion", "label")
 _MODEL_ATTACKS = ("link-stealing", "membership")
 _STAT_ATTACKS = ("statistics", "differencing")
-_PROTOCOL_ATTACKS = ("model-inconsistency", "min-cohort", "disaggregation")
+_PROTOCOL_ATTACKS = ("model-inconsistency", "min-cohort", "disaggregation", "malicious-model")
 _STRUCTURE_ATTACKS = ("structure-inference",)
 
 
@@ -178,6 +191,13 @@ def _applicability(cfg: AuditConfig, protocol: str) -> dict[str, str]:
                         "model inconsistency needs a hidden ReLU layer to switch off; sgc is linear (use mlp, "
                         "gcn or sage)"
                     )
+            elif a == "malicious-model":
+                if cfg.algorithm not in MODEL_AVERAGING:
+                    raise AttackNotApplicableError(
+                        f"the malicious-model attack crafts a model broadcast; algorithm {cfg.algorithm!r} "
+                        f"broadcasts none (implemented for {', '.join(MODEL_AVERAGING)})"
+                    )
+                malicious_applicable(cfg.model)
             if a in _PROTOCOL_ATTACKS and not cls.uses_protocol:
                 raise AttackNotApplicableError(f"algorithm {cfg.algorithm!r} never aggregates")
         except AttackNotApplicableError as exc:
@@ -197,3 +217,44 @@ def _structure_applicable(cfg: AuditConfig) -> None:
         raise AttackNotApplicableError(
             f"num_hops_s={hops}: no setup sum, a client receives nothing beyond the 1-hop rows it computes itself"
         )
+
+
+def malicious_applicable(model: str) -> None:
+    """Raise :class:`AttackNotApplicableError` unless ``model`` has a hidden layer to bin with."""
+    if model.lower() not in ("mlp", "gcn"):
+        raise AttackNotApplicableError(
+            f"the malicious-model (imprint) attack needs a two-layer mlp or gcn; {model!r} has "
+            + (
+                "a single linear layer and no hidden units to bin"
+                if model.lower() == "sgc"
+                else "no implementation"
+            )
+        )
+
+
+def run_config(cfg: AuditConfig, protocol: str) -> Any:
+    """The run config the audit uses for ``protocol`` (one evaluation after the last round; DP defaults)."""
+    from securefgl.config import RunConfig, merge
+
+    base: dict[str, Any] = {
+        "dataset": {"name": cfg.dataset},
+        "partition": {"clients": cfg.clients},
+        "protocol": {"name": protocol},
+        "algorithm": {"name": cfg.algorithm},
+        "model": {"name": cfg.model},
+        "output": {"save": False},
+        "seeds": [cfg.seed],
+        "device": cfg.device if cfg.device != "auto" else "auto",
+    }
+    if cfg.rounds is not None:
+        # one evaluation, of the released model after the last round: the attacks need no learning curve
+        base["train"] = {"rounds": cfg.rounds, "eval_every": cfg.rounds}
+    mapping = merge(base, {k: dict(v) if isinstance(v, Mapping) else v for k, v in cfg.run.items()})
+    mapping["protocol"]["name"] = protocol
+    if parse_protocol(protocol).dp:
+        opts = dict(mapping["protocol"].get("options", {}))
+        opts.setdefault("dp_min_contributors", max(1, cfg.clients - 1))
+        opts.setdefault("dp_clip_norm", 1.0)
+        opts.setdefault("dp_noise_multiplier", 1.0)
+        mapping["protocol"]["options"] = opts
+    return RunConfig.from_mapping(mapping)

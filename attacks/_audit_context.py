@@ -17,7 +17,7 @@ from securefgl.errors import AttackNotApplicableError
 
 
 class _Progress:
-    """rich progress bars when enabled; a no-op otherwise."""
+    """rich progress bars (on stderr, with elapsed and remaining time) when enabled; a no-op otherwise."""
 
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
@@ -25,13 +25,17 @@ class _Progress:
 
     def __enter__(self) -> _Progress:
         if self.enabled:
-            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+            from rich.console import Console
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
             self._p = Progress(
                 TextColumn("{task.description}"),
                 BarColumn(),
                 TextColumn("{task.completed}/{task.total}"),
                 TimeElapsedColumn(),
+                TextColumn("eta"),
+                TimeRemainingColumn(),
+                console=Console(stderr=True),  # stdout stays clean for --json and the table
                 transient=False,
             )
             self._p.__enter__()

@@ -18,8 +18,12 @@ def _protocol_attack(ctx: _Context, name: str, kind: str) -> AttackOutcome:
     """The server attacks the aggregation itself: a crafted model, a cohort of one, disaggregation."""
     if kind != "server":
         raise AttackNotApplicableError(f"{name} is an attack by the server; view {kind!r} does not run it")
-    upload = _upload_setup(ctx)
     targets = _targets(ctx.fg, ctx.cfg.trials)
+    if name == "malicious-model":
+        from securefgl.attacks._audit_malicious import _malicious_attack
+
+        return _malicious_attack(ctx, targets, ctx.bars.task(f"{ctx.protocol}: {name}", 3))
+    upload = _upload_setup(ctx)
     per: list[dict[str, Any]] = []
     bar = ctx.bars.task(f"{ctx.protocol}: {name}", len(targets))
     if name == "model-inconsistency":

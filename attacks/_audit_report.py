@@ -162,6 +162,17 @@ def _markdown(res: AuditResult) -> str:
     lines += ["", "## Notes", "", *notes, ""]
     lines += ["## Verdicts", ""]
     lines += _verdicts(res)
+    if res.config.get("figures", True) and res.config.get("output"):
+        lines += [
+            "",
+            "## Figures",
+            "",
+            "- `success.png`: each attack's headline figure per protocol, beside its chance and public "
+            "baselines.",
+            "- `reconstructions.png`: true training-node features next to the reconstructions.",
+            "- `epsilon.png` (with a `+dp` protocol): the headline figures against the run's epsilon.",
+            "- `roc.png` (model attacks): ROC curves.",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -199,9 +210,89 @@ def _write(res: AuditResult, out: Path, figures: dict[str, Any] | None) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     (out / "audit.json").write_text(res.to_json())
     (out / "summary.md").write_text(res.summary_markdown())
-    if figures:
+    if figures is not None:
         _plots(out, figures)
+        _success_plot(out, res)
     return out
+
+
+def _headline(res: AuditResult) -> dict[tuple[str, str], dict[str, Any]]:
+    """(attack, view) -> protocol -> the attack's first metric (the headline figure) of the ``ok`` cells."""
+    cells: dict[tuple[str, str], dict[str, Any]] = {}
+    for o in res.outcomes:
+        if o.status == "ok" and o.metrics:
+            name, m = next(iter(o.metrics.items()))
+            cells.setdefault((o.attack, o.view), {})[o.protocol] = (name, m)
+    return cells
+
+
+def _epsilon(res: AuditResult, protocol: str) -> float | None:
+    priv = (res.runs.get(protocol) or {}).get("privacy") or {}
+    for key in ("epsilon", "epsilon_participation_visible"):
+        v = priv.get(key) if isinstance(priv, dict) else None
+        if isinstance(v, (int, float)) and math.isfinite(v):
+            return float(v)
+    return None
+
+
+def _success_plot(out: Path, res: AuditResult) -> None:
+    """``success.png``: each attack's headline figure per protocol, beside its chance and public baselines;
+    ``epsilon.png`` (when a ``+dp`` protocol reports its epsilon): the same figure against epsilon."""
+    cells = _headline(res)
+    if not cells:
+        return
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = len(cells)
+    fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.8), squeeze=False)
+    markers = {"chance": ("k", "_"), "public": ("tab:red", "x")}
+    others = [("tab:orange", "v"), ("tab:green", "^"), ("tab:purple", "s"), ("tab:brown", "D")]
+    for ax, ((attack, view), by_proto) in zip(axes[0], cells.items(), strict=True):
+        protos = list(by_proto)
+        metric_name = next(iter(by_proto.values()))[0]
+        ax.bar(range(len(protos)), [by_proto[p][1].mean for p in protos], color="tab:blue", label=metric_name)
+        seen: set[str] = set()
+        for i, p in enumerate(protos):
+            for bname, bval in by_proto[p][1].baselines.items():
+                if bname not in markers:
+                    markers[bname] = others[(len(markers) - 2) % len(others)]
+                color, mark = markers[bname]
+                ax.scatter(
+                    [i],
+                    [bval],
+                    color=color,
+                    marker=mark,
+                    s=160,
+                    zorder=3,
+                    label=None if bname in seen else bname,
+                )
+                seen.add(bname)
+        ax.set_xticks(range(len(protos)), protos, rotation=20, fontsize=8)
+        ax.set_title(f"{attack} ({view})", fontsize=9)
+        ax.set_ylabel(metric_name, fontsize=8)
+        ax.legend(fontsize=6)
+    fig.suptitle("attack success per protocol (bars) beside its baselines (markers)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out / "success.png", dpi=110)
+    plt.close(fig)
+    dp = {p: e for p in res.config.get("protocols", ()) if "+dp" in p and (e := _epsilon(res, p)) is not None}
+    if not dp:
+        return
+    fig, ax = plt.subplots(figsize=(5, 4))
+    for (attack, view), by_proto in cells.items():
+        pts = sorted((dp[p], by_proto[p][1].mean) for p in by_proto if p in dp)
+        if pts:
+            ax.plot([e for e, _ in pts], [v for _, v in pts], "o-", label=f"{attack} ({view})")
+    ax.set_xscale("log")
+    ax.set_xlabel("epsilon of the +dp run")
+    ax.set_ylabel("headline figure")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "epsilon.png", dpi=110)
+    plt.close(fig)
 
 
 def _plots(out: Path, figures: dict[str, Any]) -> None:

@@ -31,6 +31,7 @@ Attacks (``AuditConfig.attacks``):
 ``model-inconsistency``    Pasquini et al.: isolate a target by showing others a crafted model
 ``min-cohort``             a "sum" of one client; the minimum-contributors rule
 ``disaggregation``         least squares over sums with varying participants (Lam et al.)
+``malicious-model``        imprint bins (Fowl et al. 2022): training nodes recovered exactly from the secure sum
 =========================  =====================================================================================
 
 Layout: the configuration and the applicability rules (:mod:`~securefgl.attacks._audit_config`), the
@@ -58,6 +59,7 @@ from securefgl.attacks._audit_config import (
     ATTACKS,
     AuditConfig,
     _applicability,
+    run_config,
 )
 from securefgl.attacks._audit_context import _Context, _Progress
 from securefgl.attacks._audit_models import _model_attack
@@ -68,35 +70,8 @@ from securefgl.attacks._audit_structure import _structure_attack
 from securefgl.attacks._audit_updates import _update_attack
 from securefgl.attacks._common import AttackOutcome
 from securefgl.errors import AttackNotApplicableError, NothingToAttackError, ProtocolError
-from securefgl.protocols.registry import parse_protocol
 
 __all__ = ["ATTACKS", "AuditConfig", "AuditResult", "audit"]
-
-
-def _run_config(cfg: AuditConfig, protocol: str) -> Any:
-    from securefgl.config import RunConfig, merge
-
-    base: dict[str, Any] = {
-        "dataset": {"name": cfg.dataset},
-        "partition": {"clients": cfg.clients},
-        "protocol": {"name": protocol},
-        "algorithm": {"name": cfg.algorithm},
-        "model": {"name": cfg.model},
-        "output": {"save": False},
-        "seeds": [cfg.seed],
-        "device": cfg.device if cfg.device != "auto" else "auto",
-    }
-    if cfg.rounds is not None:
-        base["train"] = {"rounds": cfg.rounds}
-    mapping = merge(base, {k: dict(v) if isinstance(v, Mapping) else v for k, v in cfg.run.items()})
-    mapping["protocol"]["name"] = protocol
-    if parse_protocol(protocol).dp:
-        opts = dict(mapping["protocol"].get("options", {}))
-        opts.setdefault("dp_min_contributors", max(1, cfg.clients - 1))
-        opts.setdefault("dp_clip_norm", 1.0)
-        opts.setdefault("dp_noise_multiplier", 1.0)
-        mapping["protocol"]["options"] = opts
-    return RunConfig.from_mapping(mapping)
 
 
 def audit(config: AuditConfig | Mapping[str, Any]) -> AuditResult:
@@ -131,7 +106,7 @@ def audit(config: AuditConfig | Mapping[str, Any]) -> AuditResult:
             todo = [a for a in cfg.attacks if a not in skip]
             if not todo:
                 continue
-            run_cfg = _run_config(cfg, protocol)
+            run_cfg = run_config(cfg, protocol)
             if fg is None:
                 from securefgl.algorithms.registry import get_algorithm
                 from securefgl.api import load_federated_graph

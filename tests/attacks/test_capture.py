@@ -11,14 +11,14 @@ from securefgl.engine.hooks import RunHooks
 from securefgl.engine.runner import run_seed
 
 
-def _config(protocol: str, rounds: int = 2, dropout: float = 0.0) -> RunConfig:
+def _config(protocol: str, rounds: int = 2, dropout: float = 0.0, max_failed_rounds: int = 5) -> RunConfig:
     return RunConfig.from_mapping(
         {
             "dataset": {"name": "csbm", "csbm": {"num_nodes": 200, "num_classes": 3, "num_features": 8}},
             "partition": {"method": "louvain", "clients": 3, "cache": False},
             "protocol": {"name": protocol, "dropout": dropout},
             "model": {"name": "gcn", "hidden": 8},
-            "train": {"rounds": rounds, "local_epochs": 1},
+            "train": {"rounds": rounds, "local_epochs": 1, "max_failed_rounds": max_failed_rounds},
             "output": {"save": False},
             "device": "cpu",
         }
@@ -72,7 +72,8 @@ def test_an_aborted_run_keeps_its_records_on_the_exception():
     from securefgl.api import load_federated_graph
     from securefgl.errors import ProtocolError
 
-    cfg = _config("secagg", dropout=0.9)  # no client completes share_keys: the protocol aborts
+    # no client completes share_keys: the protocol aborts, and the first aborted round ends the run
+    cfg = _config("secagg", dropout=0.9, max_failed_rounds=1)
     fg = load_federated_graph(cfg)
     with pytest.raises(ProtocolError) as info:
         capture_run(cfg, fg, 0)
