@@ -1,0 +1,157 @@
+"""Deployed run (SuperLink + SuperNodes as processes, TLS, SuperNode auth) against the in-process simulation.
+
+For each number of clients (Cora, GCN, FedAvg, secagg+, the bit-identical settings ``train.batched=false``,
+``model.dropout=0``), runs the same job twice, side by side: in process (``securefgl.run``) and deployed
+(:class:`~securefgl.deploy.launcher.LocalFederation`: one SuperLink, one SuperNode + worker per client, ``flwr
+run``). Reports per round: wall time of each (the round's training, protocol, server step and evaluation, as the
+server measured them), their ratio, bytes per client of our frames as handed to Flower, and the transcript's
+bytes per client (protocol messages and broadcast), and whether the final metrics are bit-identical.
+
+Usage::
+
+    python benchmarks/deploy.py --clients 5 --rounds 2          # one size, quick
+    python benchmarks/deploy.py --clients 5,10,20 --rounds 3    # the issue's sizes
+
+Flower starts a ClientApp process per message and a SuperNode polls every few seconds when idle, so the deployed
+round is dominated by Flower's per-message latency on a small or busy machine. Flower's own SecAgg+ workflow on the
+same payload (``benchmarks/flower_secagg_ref.py``) and plain Flower FedAvg run on the same federation after the
+deployed run (``--no-flower-ref`` skips them). Timings on a shared CPU are noisy; compare ratios from one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import securefgl
+from securefgl.api import load_federated_graph
+from securefgl.config import RunConfig, to_dict
+from securefgl.deploy.export import export_clients
+from securefgl.deploy.launcher import LocalFederation
+
+
+def _config(args: argparse.Namespace, clients: int, out: Path) -> RunConfig:
+    return RunConfig.from_mapping(
+        {
+            "dataset": {"name": "cora", "root": args.root},
+            "partition": {"clients": clients},
+            "protocol": {"name": "secagg+"},
+            "model": {"name": "gcn", "dropout": 0.0},
+            "train": {"rounds": args.rounds, "batched": False},
+            "output": {"dir": str(out), "plot": False},
+            "device": "cpu",
+            "threads": 1,
+        }
+    )
+
+
+def _per_round(rounds: list[dict[str, Any]]) -> float:
+    keys = ("train_seconds", "crypto_seconds", "server_seconds", "eval_seconds")
+    return float(np.mean([sum(float(r.get(k) or 0.0) for k in keys) for r in rounds]))
+
+
+def _transcript_bytes(rounds: list[dict[str, Any]]) -> float:
+    """Mean bytes per client per round of the transcripts (protocol messages, broadcast, evaluation sums)."""
+
+    def total(value: Any) -> int:
+        return sum(int(v) for v in value.values()) if isinstance(value, dict) else int(value or 0)
+
+    keys = ("bytes_up", "bytes_down", "eval_bytes_up", "eval_bytes_down")
+    per = [sum(total(r.get(k)) for k in keys) for r in rounds]
+    return float(np.mean(per)) / max(1, len(rounds[0]["clients"]))
+
+
+def measure(args: argparse.Namespace, clients: int, work: Path) -> dict[str, Any]:
+    cfg_sim = _config(args, clients, work / "sim")
+    securefgl.run(cfg_sim)
+    sim = json.loads((work / "sim" / "metrics.json").read_text())
+    cfg_dep = _config(args, clients, work / "dep")
+    export_clients(load_federated_graph(cfg_dep), work / "data")
+    t0 = time.perf_counter()
+    ref: dict[str, float] = {}
+    with LocalFederation(work / "fed", work / "data", clients) as fed:
+        fed.start()
+        started = time.perf_counter() - t0
+        run_id = fed.submit(fed.write_app(to_dict(cfg_dep), work / "dep", args.stage_timeout))
+        status = fed.wait(run_id, args.timeout)
+        if not args.no_flower_ref:
+            ref = _flower_reference(fed, args, clients, _payload(cfg_dep), work)
+    dep = json.loads((work / "dep" / "metrics.json").read_text())
+    wire = dep["wire_bytes"]["0"]
+    wire_per = (sum(wire["up"].values()) + sum(wire["down"].values())) / max(1, wire["rounds"]) / clients
+    sim_round, dep_round = _per_round(sim["seeds"][0]["rounds"]), _per_round(dep["seeds"][0]["rounds"])
+    return {
+        "clients": clients,
+        "status": status,
+        "federation_start_s": round(started, 1),
+        "sim_round_s": round(sim_round, 3),
+        "deployed_round_s": round(dep_round, 3),
+        "deployed_over_sim": round(dep_round / sim_round, 1),
+        "wire_bytes_per_client_round": int(wire_per),
+        "transcript_bytes_per_client_round": int(_transcript_bytes(dep["seeds"][0]["rounds"])),
+        "bit_identical": dep["seeds"][0]["final"]["overall"] == sim["seeds"][0]["final"]["overall"],
+        **ref,
+    }
+
+
+def _payload(cfg: RunConfig) -> int:
+    """Model parameters of the job: the length of each client's upload (numerator blocks)."""
+    from securefgl.nn.registry import build_model
+
+    return sum(p.numel() for p in build_model(cfg.model, 1433, 7).parameters())
+
+
+def _flower_reference(
+    fed: LocalFederation, args: argparse.Namespace, n: int, d: int, work: Path
+) -> dict[str, float]:
+    """Flower's SecAgg+ workflow (and plain FedAvg) on the same SuperLink, SuperNodes and payload size."""
+    source = (Path(__file__).parent / "flower_secagg_ref.py").read_text()
+    out: dict[str, float] = {"payload_d": d}
+    for secagg in (True, False):
+        res = work / f"flower-{'secagg' if secagg else 'plain'}.json"
+        client = "flower_secagg_ref:client_app" if secagg else "flower_secagg_ref:plain_client_app"
+        app = fed.write_project(
+            {"serverapp": "flower_secagg_ref:server_app", "clientapp": client},
+            {"clients": n, "rounds": args.rounds, "d": d, "secagg": secagg, "out": str(res)},
+            {"flower_secagg_ref.py": source},
+        )
+        status = fed.wait(fed.submit(app), args.timeout)
+        if status != "finished:completed":
+            out[f"flower_{'secagg' if secagg else 'plain'}_status"] = status  # type: ignore[assignment]
+            continue
+        row = json.loads(res.read_text())
+        out[f"flower_{'secaggplus' if secagg else 'plain'}_round_s"] = round(
+            row["seconds"] / row["rounds"], 3
+        )
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--clients", default="5,10,20", help="comma-separated client counts")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--root", default=os.environ.get("SECUREFGL_DATA"))
+    p.add_argument("--stage-timeout", type=float, default=300.0)
+    p.add_argument("--timeout", type=float, default=3600.0)
+    p.add_argument("--json", type=Path, default=None, help="also write the rows to this file")
+    p.add_argument("--no-flower-ref", action="store_true", help="skip Flower's own SecAgg+ workflow")
+    args = p.parse_args()
+    rows = []
+    for n in [int(c) for c in args.clients.split(",")]:
+        with tempfile.TemporaryDirectory(prefix=f"bench-deploy-{n}-") as tmp:
+            row = measure(args, n, Path(tmp))
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    if args.json is not None:
+        args.json.write_text(json.dumps(rows, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,279 @@
+"""One client's half of a deployed run: its data, its algorithm half and its protocol parties, bytes in and out.
+
+:class:`ClientHalf` is what a client organisation runs. It is built from the client's own data file
+(:func:`~securefgl.deploy.export.load_client_file`) and nothing else, answers the server's requests
+(:mod:`securefgl.deploy.wire`) and keeps its state (model, optimiser, generators, the protocol parties of the
+sums in flight) between requests. It computes everything it sends itself: the sum schemas come from its own copy
+of the algorithm (never from the server), the round context from the broadcast it received, and the protocol's
+client party encrypts what other clients must read (key shares) end to end, so the server relays ciphertexts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from securefgl.algorithms.base import Algorithm, Client, RoundState, Setting
+from securefgl.algorithms.registry import create_algorithm
+from securefgl.config import RunConfig
+from securefgl.deploy.export import CROSS_KEYS, ClientFile
+from securefgl.deploy.parties import build_protocol, client_party
+from securefgl.deploy.seeding import client_generators
+from securefgl.deploy.wire import Reply, Request
+from securefgl.engine.evaluation import EVAL_KEY, evaluation_contribution, evaluation_schema
+from securefgl.engine.metrics import client_metrics
+from securefgl.engine.runner import grid_rng, round_context
+from securefgl.errors import ConfigError, MalformedMessageError, NonFiniteError, SecureFGLError, TrainingError
+from securefgl.protocols.encoding import SumSchema
+
+__all__ = ["ClientHalf", "make_setting_from_facts"]
+
+
+def make_setting_from_facts(config: RunConfig, fed: Any, device: torch.device) -> Setting:
+    """The run's :class:`Setting` from the federation's public facts (as ``make_setting`` from the graph).
+
+    Raises:
+        UnsupportedCombinationError: the algorithm makes the federation's edges public to the server (the
+            server of a deployment holds no graph to read them from).
+    """
+    from securefgl.algorithms.registry import get_algorithm
+    from securefgl.errors import UnsupportedCombinationError
+
+    if get_algorithm(config.algorithm.name).server_knows_edges(config.algorithm.options):
+        raise UnsupportedCombinationError(
+            f"algorithm {config.algorithm.name!r} with these options gives the server the whole edge set; a "
+            "deployment has no party holding it"
+        )
+    return Setting(
+        num_features=fed.num_features,
+        num_classes=fed.num_classes,
+        num_clients=fed.num_clients,
+        num_nodes=fed.num_nodes,
+        count_bound=int(fed.num_nodes),
+        model=config.model,
+        train=config.train,
+        device=device,
+        max_clients_per_round=fed.num_clients,
+        protocol=config.protocol.spec,
+    )
+
+
+def _rs(body: Mapping[str, Any]) -> RoundState:
+    return RoundState(
+        str(body["phase"]),
+        int(body["round"]),
+        int(body["global_round"]),
+        tuple(int(c) for c in body["clients"]),
+        dict(body["broadcast"]),
+        int(body["num_rounds"]),
+    )
+
+
+@dataclass
+class _Pending:
+    """A contribution waiting for its protocol run."""
+
+    schema: SumSchema
+    contribution: Mapping[str, Any]
+    recipient: int | None
+    context: bytes
+    round_index: int
+
+
+class ClientHalf:
+    """The client's side of a deployed run (see the module docstring).
+
+    Args:
+        file: The client's own data file.
+        device: Where its tensors live. (default: CPU)
+    """
+
+    def __init__(self, file: ClientFile, device: torch.device | str = "cpu") -> None:
+        self.file = file
+        self.id = file.client_id
+        self.device = torch.device(device)
+        self.run: str | None = None
+        self.last_seq = -1
+        self.config: RunConfig | None = None
+        self.algorithm: Algorithm | None = None
+        self.client: Client | None = None
+        self.seed = 0
+        self.pending: dict[str, _Pending] = {}
+        self.parties: dict[str, Any] = {}
+        self.protocol: Any = None
+
+    # ------------------------------------------------------------------ dispatch -------------------------
+
+    def handle(self, blob: bytes) -> bytes:
+        """Answer one request frame; a refused or failed request gets a reply carrying the error."""
+        try:
+            req = Request.from_bytes(blob)
+        except MalformedMessageError as exc:
+            return Reply("", -1, self.id, {}, f"{type(exc).__name__}: {exc}").to_bytes()
+        try:
+            self._check(req)
+            body = getattr(self, "_" + req.kind)(req)
+        except SecureFGLError as exc:
+            return Reply(req.run, req.seq, self.id, {}, f"{type(exc).__name__}: {exc}").to_bytes()
+        return Reply(req.run, req.seq, self.id, body).to_bytes()
+
+    def _check(self, req: Request) -> None:
+        if req.kind == "hello":
+            return
+        if req.kind == "setup":
+            if req.run == self.run and req.seq <= self.last_seq:
+                raise MalformedMessageError(
+                    f"setup {req.seq} of run {req.run!r} is not newer than the last request ({self.last_seq}): "
+                    "replay refused"
+                )
+        elif req.run != self.run:
+            raise MalformedMessageError(
+                f"request of run {req.run!r} but client {self.id} takes part in run {self.run!r}: refused"
+            )
+        elif req.seq <= self.last_seq:
+            raise MalformedMessageError(
+                f"request {req.seq} of run {req.run!r} is not newer than the last one ({self.last_seq}): replay refused"
+            )
+        self.last_seq = req.seq
+
+    # ------------------------------------------------------------------ requests -------------------------
+
+    def _hello(self, req: Request) -> dict[str, Any]:
+        return {"client": self.id, "federation": self.file.federation.to_json()}
+
+    def _setup(self, req: Request) -> dict[str, Any]:
+        config = RunConfig.from_mapping(dict(req.body["config"]))
+        fed = self.file.federation
+        if req.body.get("federation") != fed.digest:
+            raise ConfigError(
+                f"the server's federation digest {req.body.get('federation')!r} differs from client {self.id}'s "
+                f"{fed.digest!r}: different partitions"
+            )
+        setting = make_setting_from_facts(config, fed, self.device)
+        algorithm = create_algorithm(config.algorithm.name, setting, config.algorithm.options)
+        self.seed = int(req.body["seed"])
+        gen, work = client_generators(self.seed, self.id, fed.num_clients, self.device)
+        data = self.file.data.clone()
+        if not algorithm.needs_cross_edges:
+            for k in CROSS_KEYS:
+                if k in data:
+                    del data[k]
+        client = Client(
+            self.id,
+            data.to(self.device),
+            gen,
+            eval_data={k: v.to(self.device) for k, v in self.file.eval_data.items()},
+            workspace={"generator": work},
+        )
+        algorithm.init_client(client)
+        self.run, self.last_seq = req.run, req.seq
+        self.config, self.algorithm, self.client = config, algorithm, client
+        self.protocol = build_protocol(config.protocol.spec.base, config.protocol.options)
+        self.pending.clear()
+        self.parties.clear()
+        return {}
+
+    def _ready(self) -> tuple[RunConfig, Algorithm, Client]:
+        if self.config is None or self.algorithm is None or self.client is None:
+            raise MalformedMessageError(f"client {self.id} was not set up for this run")
+        return self.config, self.algorithm, self.client
+
+    def _losses(self, phase: str, rnd: int) -> list[float]:
+        _, _, client = self._ready()
+        for v in client.losses:
+            if not math.isfinite(v):
+                raise NonFiniteError(
+                    f"training loss of client {self.id} became {v} in round {rnd} of phase {phase!r}"
+                )
+        return list(client.losses)
+
+    def _train(self, req: Request) -> dict[str, Any]:
+        config, algorithm, client = self._ready()
+        rs = _rs(req.body)
+        client.losses.clear()
+        outs = algorithm.client_steps([client], rs)
+        losses = self._losses(rs.phase, rs.round)
+        requests = list(algorithm.requests(rs))
+        single = len(requests) == 1
+        context = round_context(rs.broadcast)
+        self.pending.clear()
+        for r in requests:
+            if r.participants is not None and self.id not in r.participants:
+                continue
+            out = outs.get(self.id)
+            if out is None or (not single and r.key not in out):
+                raise TrainingError(f"client {self.id} produced no contribution for sum {r.key!r}")
+            contrib = out if single else out[r.key]
+            for name, value in contrib.items():
+                t = torch.as_tensor(value)
+                if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+                    raise NonFiniteError(
+                        f"upload block {name!r} of client {self.id} is not finite in round {rs.round}"
+                    )
+            if config.protocol.grid_upload:
+                contrib = r.schema.round_to_grid(
+                    contrib,
+                    grid_rng(self.seed, rs.global_round, self.id, r.key),
+                    skip_dp=config.protocol.spec.dp,
+                )
+            self.pending[r.key] = _Pending(r.schema, contrib, r.recipient, context, rs.global_round)
+        return {"losses": losses}
+
+    def _eval(self, req: Request) -> dict[str, Any]:
+        config, algorithm, client = self._ready()
+        rs = _rs(req.body)
+        broadcast = dict(req.body["eval_broadcast"])
+        logits = algorithm.evaluate([client], broadcast, rs)[self.id]
+        schema = evaluation_schema(algorithm.setting.count_bound, algorithm.setting.num_clients)
+        contrib = evaluation_contribution(
+            client_metrics(self.id, logits, client.data, algorithm.setting.num_classes)
+        )
+        if config.protocol.grid_upload:
+            contrib = schema.round_to_grid(contrib, grid_rng(self.seed, rs.global_round, self.id, EVAL_KEY))
+        self.pending[EVAL_KEY] = _Pending(schema, contrib, None, round_context(broadcast), rs.global_round)
+        return {}
+
+    def _local(self, req: Request) -> dict[str, Any]:
+        config, algorithm, client = self._ready()
+        name = str(req.body["phase"])
+        phases = {p.name: p for p in algorithm.phases(config.train)}
+        if name not in phases:
+            raise ConfigError(f"unknown phase {name!r}; this algorithm's phases: {sorted(phases)}")
+        client.losses.clear()
+        algorithm.personalize_clients([client], dict(req.body["broadcast"]), phases[name])
+        return {"losses": self._losses(name, 0)}
+
+    def _proto(self, req: Request) -> dict[str, Any]:
+        _, _, client = self._ready()
+        key = str(req.body["key"])
+        party = self.parties.get(key)
+        if party is None or bool(req.body.get("first")):
+            pending = self.pending.pop(key, None)
+            if pending is None:
+                raise MalformedMessageError(f"client {self.id} holds no contribution for sum {key!r}")
+            party = client_party(
+                self.protocol,
+                self.id,
+                pending.schema,
+                pending.contribution,
+                pending.round_index,
+                pending.recipient,
+                pending.context,
+            )
+            self.parties[key] = party
+        out = party.handle(bytes(req.body["payload"]))
+        if party.result is not None:
+            client.inbox[key] = party.result
+            del self.parties[key]
+        elif party.stage in ("done", "aborted"):
+            del self.parties[key]
+        return {"payload": out}
+
+    def _finish(self, req: Request) -> dict[str, Any]:
+        self.pending.clear()
+        self.parties.clear()
+        return {}

@@ -1,0 +1,83 @@
+"""The protocol parties of one sum, built on either side of a deployment (bytes in, bytes out).
+
+A simulation runs a protocol with :meth:`~securefgl.protocols.base.Protocol.aggregate`, which builds the server
+party and every client party in one process and wires them with the in-process router. A deployment builds
+each party where it lives: :func:`server_party` in the ServerApp, :func:`client_party` in one client's process,
+from the same protocol object (same options), and carries the bytes they exchange in Flower messages.
+
+Supported: ``secagg`` and ``secagg+`` (one implementation, :class:`~securefgl.protocols.secaggplus.SecAggPlus`).
+CKKS, ``plaintext`` and ``+dp`` are refused with :class:`~securefgl.errors.UnsupportedCombinationError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from securefgl.errors import UnsupportedCombinationError
+from securefgl.protocols.base import Protocol, Sums
+from securefgl.protocols.encoding import SumSchema
+from securefgl.protocols.registry import get_protocol
+from securefgl.protocols.secaggplus import SecAggPlus
+
+__all__ = ["DEPLOYABLE_PROTOCOLS", "build_protocol", "client_party", "server_party", "server_result"]
+
+#: Protocol names a deployment carries.
+DEPLOYABLE_PROTOCOLS = ("secagg", "secagg+")
+
+
+def build_protocol(name: str, options: Mapping[str, Any]) -> SecAggPlus:
+    """The protocol object both sides build from the run config (record_views off: no transcript here).
+
+    Raises:
+        UnsupportedCombinationError: ``name`` is not one of :data:`DEPLOYABLE_PROTOCOLS`.
+    """
+    if name not in DEPLOYABLE_PROTOCOLS:
+        raise UnsupportedCombinationError(
+            f"protocol {name!r} cannot be deployed yet; valid for a deployment: {', '.join(DEPLOYABLE_PROTOCOLS)}"
+        )
+    protocol: Protocol = get_protocol(name, **{**dict(options), "record_views": False})
+    assert isinstance(protocol, SecAggPlus)
+    return protocol
+
+
+def server_party(
+    protocol: SecAggPlus, schema: SumSchema, clients: Sequence[int], round_index: int, recipient: int | None
+) -> Any:
+    """The server party of one sum over ``clients`` (sorted ids)."""
+    return protocol.server_class(
+        schema,
+        tuple(sorted(clients)),
+        config=protocol.config,
+        protocol_name=protocol.name,
+        round_index=round_index,
+        recipient=recipient,
+        workers=protocol.workers,
+    )
+
+
+def server_result(party: Any) -> Sums | None:
+    """The sum the server party released (``None`` in designated-recipient mode)."""
+    return party.state.result
+
+
+def client_party(
+    protocol: SecAggPlus,
+    client: int,
+    schema: SumSchema,
+    contribution: Mapping[str, Any],
+    round_index: int,
+    recipient: int | None,
+    context: bytes,
+) -> Any:
+    """One client's party of one sum (keys and masks from the OS CSPRNG)."""
+    return protocol.client_class(
+        client,
+        schema,
+        contribution,
+        config=protocol.config,
+        protocol_name=protocol.name,
+        round_index=round_index,
+        recipient=recipient,
+        context=context,
+    )

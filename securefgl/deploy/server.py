@@ -1,0 +1,458 @@
+"""The server's half of a deployed run: the run loop and the protocol's server party, over a transport.
+
+:class:`DeployedRun` is :class:`securefgl.engine.runner._Run` with every client step made remote: it sends each
+client its requests (:mod:`securefgl.deploy.wire`) through a :class:`Transport` (Flower messages in the ServerApp,
+:class:`LoopbackTransport` in one process) and drives :class:`~securefgl.engine.server.FederationServer` (the
+algorithm's server step, evaluation from sums, best round, early stopping) with the sums the protocol's server
+party releases. It holds no dataset: the public facts of the federation come from the clients' hello replies,
+which must all agree.
+
+A client that does not answer a request within the transport's timeout (its SuperNode was killed, say), or that
+answers with an error, is a dropout from that point of the round: the protocol recovers above its threshold; below
+it the round is aborted (:class:`~securefgl.errors.ThresholdError` recorded on the round, nothing released, the
+broadcast unchanged) and the run goes on to the next round.
+"""
+
+from __future__ import annotations
+
+import secrets
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from securefgl.algorithms.base import Algorithm, Phase, RoundState
+from securefgl.algorithms.registry import create_algorithm
+from securefgl.config import RunConfig, to_dict
+from securefgl.deploy.client import make_setting_from_facts
+from securefgl.deploy.export import Federation
+from securefgl.deploy.parties import build_protocol, server_party, server_result
+from securefgl.deploy.seeding import sampling_rng, server_generator
+from securefgl.deploy.wire import Reply, Request
+from securefgl.engine.evaluation import EVAL_KEY, evaluation_schema
+from securefgl.engine.hooks import EvaluateEvent, RoundEvent, RunHooks, StartEvent
+from securefgl.engine.records import EvalRecord, RoundRecord, SeedResult
+from securefgl.engine.runner import broadcast_nbytes, phase_rounds
+from securefgl.engine.server import FederationServer
+from securefgl.errors import (
+    ConfigError,
+    MalformedMessageError,
+    ProtocolError,
+    ThresholdError,
+    TrainingError,
+    UnsupportedCombinationError,
+)
+from securefgl.protocols.base import Sums
+from securefgl.protocols.encoding import SumSchema
+
+__all__ = ["DeployedRun", "LoopbackTransport", "Transport"]
+
+
+class Transport(Protocol):
+    """Carries request frames to clients and brings their replies back."""
+
+    def clients(self) -> list[int]:
+        """The client ids reachable now."""
+        ...
+
+    def exchange(self, requests: Mapping[int, bytes], timeout: float | None = None) -> dict[int, bytes]:
+        """Send ``{client: frame}``; return the replies that arrived in time (a missing client: no reply).
+
+        ``timeout`` overrides the transport's own wait for this exchange.
+        """
+        ...
+
+
+class LoopbackTransport:
+    """Client halves in this process, called in turn: the same frames, without a network (tests, debugging).
+
+    Args:
+        halves: ``{client id: ClientHalf}``.
+        down: Clients that no longer answer (tests' stand-in for a crashed process is a real SIGKILL; this set
+            is for unit tests of the loop only).
+    """
+
+    def __init__(self, halves: Mapping[int, Any]) -> None:
+        self.halves = dict(halves)
+        self.down: set[int] = set()
+        self.sent: list[tuple[int, bytes]] = []
+        self.received: list[tuple[int, bytes]] = []
+
+    def clients(self) -> list[int]:
+        return sorted(c for c in self.halves if c not in self.down)
+
+    def exchange(self, requests: Mapping[int, bytes], timeout: float | None = None) -> dict[int, bytes]:
+        out = {}
+        for c, blob in requests.items():
+            if c in self.down or c not in self.halves:
+                continue
+            self.sent.append((c, blob))
+            out[c] = self.halves[c].handle(blob)
+            self.received.append((c, out[c]))
+        return out
+
+
+def _progress(message: str) -> None:
+    print(f"[securefgl deploy] {message}", file=sys.stderr, flush=True)
+
+
+class DeployedRun:
+    """One seed of a deployed run, server side.
+
+    Args:
+        config: The validated run config (the same as ``securefgl run``'s).
+        seed: The training seed.
+        transport: How requests reach the clients.
+        hooks: Progress observers (``on_start``, ``on_round``, ``on_evaluate``).
+        log: Where progress lines go. (default: stderr)
+    """
+
+    def __init__(
+        self,
+        config: RunConfig,
+        seed: int,
+        transport: Transport,
+        hooks: RunHooks | None = None,
+        log: Callable[[str], None] | None = None,
+    ) -> None:
+        self.config, self.seed, self.transport = config, seed, transport
+        self.log = log or _progress
+        self.hooks = hooks or RunHooks()
+        #: Seconds to wait for a returning client's hello and setup (``None``: the transport's own wait).
+        self.rejoin_timeout: float | None = None
+        self.run_id = secrets.token_hex(16)
+        self.seq = 0
+        self.result = SeedResult(seed=seed)
+        self.wire_up: dict[int, int] = {}
+        self.wire_down: dict[int, int] = {}
+
+    # ------------------------------------------------------------------ messaging ------------------------
+
+    def _send(
+        self, kind: str, bodies: Mapping[int, dict[str, Any]], timeout: float | None = None
+    ) -> dict[int, dict[str, Any]]:
+        """One request per client; the valid replies by client (errors and silence: no entry).
+
+        A client that does not answer at all has left the run (its process died or its link is down): it is
+        invited to nothing until it answers a hello again (:meth:`_rejoin`).
+        """
+        self.seq += 1
+        frames = {c: Request(self.run_id, self.seq, kind, b).to_bytes() for c, b in bodies.items()}
+        for c, f in frames.items():
+            self.wire_down[c] = self.wire_down.get(c, 0) + len(f)
+        replies = self.transport.exchange(frames, timeout)
+        for c in set(frames) - set(replies):
+            self.refused.setdefault(c, f"no reply to {kind}")
+            if c in self.live:
+                self.live.discard(c)
+                self.log(f"client {c} did not answer {kind}: a dropout until it rejoins")
+        out = {}
+        for c, blob in replies.items():
+            self.wire_up[c] = self.wire_up.get(c, 0) + len(blob)
+            try:
+                rep = Reply.from_bytes(blob)
+                rep.check(self.run_id, self.seq, c)
+            except MalformedMessageError as exc:
+                self.refused.setdefault(c, str(exc))
+                continue
+            if rep.error is not None:
+                self.refused.setdefault(c, rep.error)
+                continue
+            out[c] = rep.body
+        return out
+
+    # ------------------------------------------------------------------ start ----------------------------
+
+    def _hello(self) -> Federation:
+        self.refused: dict[int, str] = {}
+        self.live: set[int] = set()
+        ids = self.transport.clients()
+        replies = self._send("hello", dict.fromkeys(ids, {}))
+        facts = {c: Federation.from_json(r["federation"]) for c, r in replies.items()}
+        digests = {f.digest for f in facts.values()}
+        if len(digests) != 1:
+            raise ConfigError(
+                f"the clients hold different federations (digests {sorted(digests)}); one partition only"
+            )
+        fed = next(iter(facts.values()))
+        missing = sorted(set(range(fed.num_clients)) - set(replies))
+        if missing:
+            raise ConfigError(
+                f"clients {missing} of the {fed.num_clients} did not answer the hello: cannot start"
+            )
+        return fed
+
+    def _setup(self, fed: Federation, ids: Sequence[int], timeout: float | None = None) -> list[int]:
+        """Set the run up on ``ids``; the clients that accepted (they join ``live``)."""
+        body = {"config": to_dict(self.config), "seed": self.seed, "federation": fed.digest}
+        ok = sorted(self._send("setup", dict.fromkeys(ids, body), timeout))
+        self.live.update(ok)
+        return ok
+
+    def _rejoin(self) -> None:
+        """At a round's start: clients that left and answer again are set up afresh and invited again."""
+        missing = sorted(set(range(self.k_all)) - self.live)
+        if not missing:
+            return
+        reachable = [c for c in self.transport.clients() if c in missing]
+        if not reachable:
+            return
+        hello = self._send("hello", dict.fromkeys(reachable, {}), self.rejoin_timeout)
+        same = [
+            c for c, r in hello.items() if Federation.from_json(r["federation"]).digest == self.fed.digest
+        ]
+        back = self._setup(self.fed, sorted(same), self.rejoin_timeout)
+        if back:
+            self.log(f"clients {back} rejoined at global round {self.global_round}")
+
+    def execute(self) -> SeedResult:
+        """Run every phase; return the seed's result (the same records as ``run_seed``)."""
+        t0 = time.perf_counter()
+        cfg = self.config
+        self.fed = fed = self._hello()
+        self.k_all = fed.num_clients
+        self.per_round = cfg.train.clients_in_round(self.k_all)
+        self.setting = make_setting_from_facts(cfg, fed, torch.device("cpu"))
+        self.algorithm: Algorithm = create_algorithm(cfg.algorithm.name, self.setting, cfg.algorithm.options)
+        self.protocol = build_protocol(cfg.protocol.spec.base, cfg.protocol.options)
+        if cfg.protocol.spec.dp:
+            raise ConfigError("a deployment does not carry '+dp' protocols yet; valid: secagg, secagg+")
+        state = self.algorithm.init_server(server_generator(self.seed))
+        self.sampling = sampling_rng(self.seed)
+        self.eval_schema = evaluation_schema(self.setting.count_bound, self.k_all)
+        self.server = FederationServer(
+            self.algorithm,
+            state,
+            self.algorithm.initial_broadcast(state),
+            self.eval_schema,
+            cfg.train.patience,
+        )
+        self.live = set()
+        bad = sorted(set(range(self.k_all)) - set(self._setup(fed, list(range(self.k_all)))))
+        if bad:
+            raise ConfigError(f"clients {bad} refused the run's setup: {[self.refused.get(c) for c in bad]}")
+        phases = list(self.algorithm.phases(cfg.train))
+        self.total = sum(phase_rounds(p, cfg.train) for p in phases)
+        self.done, self.global_round = 0, 0
+        self.hooks.start(StartEvent(self.algorithm, tuple(phases), self.setting, self.seed))
+        for phase in phases:
+            self.server.start_phase(phase)
+            if phase.kind == "local":
+                self._local_phase(phase)
+            else:
+                self._rounds_phase(phase)
+        self._send("finish", dict.fromkeys(sorted(self.live), {}))
+        self.result.report = self.server.report()
+        self.result.seconds = time.perf_counter() - t0
+        return self.result
+
+    # ------------------------------------------------------------------ phases ---------------------------
+
+    def _rs_body(self, rs: RoundState) -> dict[str, Any]:
+        return {
+            "phase": rs.phase,
+            "round": rs.round,
+            "global_round": rs.global_round,
+            "clients": list(rs.clients),
+            "broadcast": dict(rs.broadcast),
+            "num_rounds": rs.num_rounds,
+        }
+
+    def _local_phase(self, phase: Phase) -> None:
+        self._rejoin()
+        broadcast = self.server.broadcast
+        ids = sorted(self.live)
+        t0 = time.perf_counter()
+        replies = self._send("local", {c: {"phase": phase.name, "broadcast": dict(broadcast)} for c in ids})
+        down = dict.fromkeys(ids, broadcast_nbytes(broadcast))
+        rec = RoundRecord(
+            phase.name, 0, self.global_round, ids, float("nan"), {}, down, time.perf_counter() - t0, 0.0, 0.0
+        )
+        losses = [replies[c]["losses"][-1] for c in ids if c in replies and replies[c]["losses"]]
+        rec.loss = float(np.mean(losses)) if losses else float("nan")
+        if phase.evaluate:
+            rs = RoundState(phase.name, 0, self.global_round, tuple(ids), broadcast, 1)
+            ev, _ = self._evaluate(rs, broadcast, rec, select=False)
+            if ev is not None:
+                self.hooks.evaluate(EvaluateEvent(rs, ev.overall, ev.per_client, True))
+                self.result.final = ev
+        self._finish(rec, broadcast)
+
+    def _rounds_phase(self, phase: Phase) -> None:
+        train = self.config.train
+        num_rounds = phase_rounds(phase, train)
+        best: EvalRecord | None = None
+        for r in range(num_rounds):
+            self._rejoin()
+            if phase.sample and self.per_round < self.k_all:
+                chosen = self.sampling.choice(self.k_all, size=self.per_round, replace=False)
+                invited = sorted(int(i) for i in chosen)
+            else:
+                invited = list(range(self.k_all))
+            invited = [c for c in invited if c in self.live]
+            rs = RoundState(
+                phase.name, r, self.global_round, tuple(invited), self.server.broadcast, num_rounds
+            )
+            record, broadcast = self._round(rs)
+            if phase.evaluate and ((r + 1) % train.eval_every == 0 or r == num_rounds - 1):
+                ev, improved = self._evaluate(rs, broadcast, record)
+                if ev is not None:
+                    best = ev if improved else best
+                    self.hooks.evaluate(EvaluateEvent(rs, ev.overall, ev.per_client, improved))
+            self.global_round += 1
+            self._finish(record, broadcast)
+            if phase.evaluate and self.server.should_stop:
+                self.result.stopped_early[phase.name] = r
+                break
+        if phase.evaluate and self.result.evals:
+            self.result.final = best if (train.select_best and best is not None) else self.result.evals[-1]
+
+    def _finish(self, record: RoundRecord, broadcast: Mapping[str, torch.Tensor]) -> None:
+        self.result.rounds.append(record)
+        self.done += 1
+        self.hooks.round(RoundEvent(record, broadcast, self.done, self.total))
+
+    # ------------------------------------------------------------------ one round ------------------------
+
+    def _round(self, rs: RoundState) -> tuple[RoundRecord, Mapping[str, torch.Tensor]]:
+        requests = list(self.algorithm.requests(rs))
+        ids = list(rs.clients)
+        size = broadcast_nbytes(rs.broadcast) if requests else 0
+        self.refused = {}
+        t0 = time.perf_counter()
+        replies = self._send("train", dict.fromkeys(ids, self._rs_body(rs)))
+        losses = [replies[c]["losses"][-1] for c in ids if c in replies and replies[c]["losses"]]
+        record = RoundRecord(
+            rs.phase,
+            rs.round,
+            rs.global_round,
+            ids,
+            float(np.mean(losses)) if losses else float("nan"),
+            dict.fromkeys(ids, 0),
+            dict.fromkeys(ids, size),
+            time.perf_counter() - t0,
+            0.0,
+            0.0,
+        )
+        for c in ids:
+            if c not in replies:
+                record.dropped[c] = "train: " + self.refused.get(c, "no reply")
+        trained = [c for c in ids if c in replies]
+        server_sums: dict[str, Sums] = {}
+        for req in requests:
+            if req.relay:
+                raise UnsupportedCombinationError(
+                    f"sum {req.key!r} relays the recipient's sum to every contributor (O-pFGL's A.5 option); a "
+                    "deployment does not carry relayed sums yet: use the option's default"
+                )
+            participants = [c for c in (req.participants or ids) if c in trained]
+            t1 = time.perf_counter()
+            try:
+                sums = self._aggregate(
+                    req.key, req.schema, participants, req.recipient, rs.global_round, record
+                )
+            except ProtocolError as exc:
+                # Too few survivors (ThresholdError) or contributors (ReleaseRefusedError): the protocol released
+                # nothing; the round ends here with the broadcast unchanged and the run goes on.
+                record.excluded[-1] = f"sum {req.key!r} aborted: {type(exc).__name__}: {exc}"
+                self.log(
+                    f"round {rs.global_round}: sum {req.key!r} aborted cleanly ({type(exc).__name__}); nothing released"
+                )
+                return record, rs.broadcast
+            finally:
+                record.crypto_seconds += time.perf_counter() - t1
+            if req.recipient is None and sums is not None:
+                server_sums[req.key] = sums
+        if server_sums:
+            t2 = time.perf_counter()
+            self.server.step(server_sums, requests, rs)
+            record.server_seconds = time.perf_counter() - t2
+        return record, self.server.broadcast
+
+    def _aggregate(
+        self,
+        key: str,
+        schema: SumSchema,
+        participants: list[int],
+        recipient: int | None,
+        round_index: int,
+        record: RoundRecord,
+        up: dict[int, int] | None = None,
+        down: dict[int, int] | None = None,
+    ) -> Sums | None:
+        """Drive the protocol's server party; the clients' parties answer through the transport."""
+        up = record.bytes_up if up is None else up
+        down = record.bytes_down if down is None else down
+        if not participants:
+            raise ThresholdError(f"no client of the round is left to sum {key!r}")
+        party = server_party(self.protocol, schema, participants, round_index, recipient)
+        outgoing = party.start()
+        first = True
+        while outgoing is not None:
+            bodies = {
+                c: {"key": key, "stage": outgoing.stage, "payload": p, "first": first}
+                for c, p in outgoing.messages.items()
+            }
+            for c, p in outgoing.messages.items():
+                down[c] = down.get(c, 0) + len(p)
+            replies = self._send("proto", bodies)
+            first = False
+            ordered = []
+            for c in outgoing.messages:
+                payload = replies.get(c, {}).get("payload") if c in replies else None
+                if c not in replies:
+                    record.dropped.setdefault(c, f"{outgoing.stage}: " + self.refused.get(c, "no reply"))
+                if payload is not None:
+                    up[c] = up.get(c, 0) + len(payload)
+                    ordered.append((c, bytes(payload)))
+            try:
+                outgoing = party.handle(outgoing.stage, ordered)
+            except ProtocolError:
+                for c, why in party.state.excluded.items():
+                    record.excluded.setdefault(c, why)
+                raise
+        for c, why in party.state.excluded.items():
+            record.excluded.setdefault(c, why)
+        return server_result(party)
+
+    # ------------------------------------------------------------------ evaluation -----------------------
+
+    def _evaluate(
+        self,
+        rs: RoundState,
+        broadcast: Mapping[str, torch.Tensor],
+        record: RoundRecord,
+        *,
+        select: bool = True,
+    ) -> tuple[EvalRecord | None, bool]:
+        t0 = time.perf_counter()
+        ids = sorted(self.live)
+        body = {**self._rs_body(rs), "eval_broadcast": dict(broadcast)}
+        self.refused = {}
+        answered = sorted(self._send("eval", dict.fromkeys(ids, body)))
+        eval_rs = RoundState(rs.phase, rs.round, rs.global_round, tuple(answered), broadcast, rs.num_rounds)
+        try:
+            sums = self._aggregate(
+                EVAL_KEY,
+                self.eval_schema,
+                answered,
+                None,
+                rs.global_round,
+                record,
+                record.eval_bytes_up,
+                record.eval_bytes_down,
+            )
+        except ProtocolError as exc:
+            self.log(f"round {rs.global_round}: evaluation sum aborted cleanly ({type(exc).__name__})")
+            return None, False
+        if sums is None:
+            raise TrainingError("the evaluation sum was not released to the server")
+        overall, improved = self.server.evaluated(sums, eval_rs, select=select)
+        ev = EvalRecord(rs.phase, rs.round, overall, [])
+        record.metrics = overall
+        record.eval_seconds = time.perf_counter() - t0
+        self.result.evals.append(ev)
+        return ev, improved
