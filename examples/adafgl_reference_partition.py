@@ -45,6 +45,10 @@ Three steps, because the replay needs python-louvain, which securefgl does not d
     PYTHONPATH=. /tmp/refenv/bin/python examples/adafgl_reference_partition.py partition \\
         --graph ref/CiteSeer_graph.npz --out ref/CiteSeer_louvain.npz
 
+    #    Chameleon with Geom-GCN's ten split files (global masks) instead of the per-client shuffle:
+    python examples/adafgl_reference_partition.py geom-split --partition ref/chameleon_louvain.npz \\
+        --split-file chameleon_split_0.6_0.2_0.npz --out ref/geom0/chameleon_louvain.npz
+
     # 3. back in securefgl's environment: per-client statistics of the replay next to ours, and a run
     python examples/adafgl_reference_partition.py compare --dataset CiteSeer --file ref/CiteSeer_louvain.npz
     securefgl run --algorithm adafgl --dataset CiteSeer --clients 10 --partition file \\
@@ -103,6 +107,25 @@ def compare(dataset: str, file: Path, clients: int, root: str | None) -> None:
     print_table(f"{data.name}: ours (louvain, assign=greedy, seed 0, split {split})", ours, total)
 
 
+def geom_split(partition: Path, split_file: Path, out: Path) -> None:
+    """Write ``partition``'s node owners with the train/val/test masks of a Geom-GCN split file.
+
+    Geom-GCN's ``<name>_split_0.6_0.2_<i>.npz`` files are global masks (Chameleon: 1,092 / 729 / 456 nodes, i.e.
+    48/32/20 of all nodes despite the name); each client keeps the roles its nodes have there.
+    """
+    with np.load(partition) as z:
+        arrays = {k: z[k] for k in z.files}
+    with np.load(split_file) as g:
+        masks = {k: g[k].astype(bool) for k in ("train_mask", "val_mask", "test_mask")}
+    n = arrays["node_owner"].shape[0]
+    if any(m.shape != (n,) for m in masks.values()):
+        raise SystemExit(f"{split_file}: masks are not of length {n}")
+    arrays.update(masks)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    np.savez(out, **arrays)
+    print(f"wrote {out}: train/val/test {' / '.join(str(int(m.sum())) for m in masks.values())} of {n} nodes")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="command", required=True)
@@ -118,6 +141,12 @@ def main() -> None:
     pa.add_argument("--split", type=float, nargs=3, default=SPLIT, metavar=("TRAIN", "VAL", "TEST"))
     pa.add_argument("--triangle", choices=TRIANGLES, default="upper", help="to_networkx's kept half")
     pa.add_argument("--out", type=Path, required=True, help="the partition file to write (.npz)")
+    gs = sub.add_parser(
+        "geom-split", help="a replay's partition with the split of one Geom-GCN split file (global masks)"
+    )
+    gs.add_argument("--partition", type=Path, required=True, help="a partition file written by `partition`")
+    gs.add_argument("--split-file", type=Path, required=True, help="e.g. chameleon_split_0.6_0.2_3.npz")
+    gs.add_argument("--out", type=Path, required=True)
     co = sub.add_parser("compare", help="per-client statistics of a replay and of securefgl's louvain")
     co.add_argument("--dataset", required=True)
     co.add_argument("--file", type=Path, required=True)
@@ -130,6 +159,9 @@ def main() -> None:
         except ConfigError as exc:
             raise SystemExit(str(exc)) from None
         return
+    if args.command == "geom-split":
+        geom_split(args.partition, args.split_file, args.out)
+        return
     if args.command == "compare":
         compare(args.dataset, args.file, args.clients, args.data_root)
         return
@@ -139,8 +171,12 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     # The reference's per-client node counts (duplicates counted): its evaluation weights clients by them
     # over the true node count; reproduce_adafgl.py --partition-dir reports that figure next to ours.
+    # exact_input: whether the graph file kept the reference's edge order (reproduce_adafgl.py records it).
     np.savez(
-        args.out, **arrays, reference_local_nodes=np.asarray(report["sizes_with_duplicates"], dtype=np.int64)
+        args.out,
+        **arrays,
+        reference_local_nodes=np.asarray(report["sizes_with_duplicates"], dtype=np.int64),
+        exact_input=np.asarray(bool(report["exact_input"])),
     )
     owner, y = arrays["node_owner"], np.load(args.graph)["y"]
     print(

@@ -54,7 +54,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -72,9 +71,10 @@ from securefgl.algorithms.fedlog import attach_generalization_sets, best_round
 from securefgl.algorithms.registry import register_algorithm
 from securefgl.config import RunConfig, build
 from securefgl.data import load_dataset, partition_graph
-from securefgl.engine import RoundEvent, RunHooks, run_seed
+from securefgl.engine import run_seed
 from securefgl.errors import PartitionError
 from securefgl.experiments import add_partition_dir_option, claim_verdicts, partition_file
+from securefgl.experiments.progress import Progress
 from securefgl.training.local_training import predict_shared, predict_stacked
 
 TARGETS = {
@@ -192,25 +192,13 @@ class LocalFedLoGEval(Local):
         return out
 
 
-def _progress(label: str, every: int = 10) -> RunHooks:
-    """Run hooks that print ``label``, the round and the elapsed time to stderr every ``every`` rounds."""
-    t0 = time.perf_counter()
-
-    def on_round(event: RoundEvent) -> None:
-        rec = event.record
-        if (rec.global_round + 1) % every == 0:
-            print(
-                f"  [{label}] round {rec.global_round + 1} ({time.perf_counter() - t0:.0f} s)",
-                file=sys.stderr,
-                flush=True,
-            )
-
-    return RunHooks(on_round=on_round)
+#: Progress lines (rounds done, time left in the run) on stderr, through the engine's hooks.
+PROGRESS = Progress(every_s=30.0)
 
 
 def _run(cfg: RunConfig, fg: Any, seed: int, label: str) -> Any:
-    """One seed on the CPU, with a progress line every 10 rounds."""
-    return run_seed(cfg, fg, seed, torch.device("cpu"), hooks=_progress(label))
+    """One seed on the CPU, with a progress line every 30 s."""
+    return run_seed(cfg, fg, seed, torch.device("cpu"), hooks=PROGRESS.hooks(label))
 
 
 def _fedlog_options(args: argparse.Namespace) -> dict[str, Any]:

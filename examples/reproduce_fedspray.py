@@ -52,6 +52,10 @@ from securefgl.data import load_dataset, partition_graph
 from securefgl.engine import run_seed
 from securefgl.errors import PartitionError
 from securefgl.experiments import add_partition_dir_option, partition_file
+from securefgl.experiments.progress import Progress
+
+#: Progress lines (rounds done, time left) on stderr, through the engine's hooks.
+PROGRESS = Progress()
 
 #: O-pFGL Tables 9 (Louvain+) and 10 (Metis+): FedSpray, 100 rounds, 10 clients: (acc, std, f1, std).
 TARGETS = {
@@ -137,7 +141,8 @@ def _run(cfg: RunConfig, fg: Any) -> list[dict[str, Any]]:
     out = []
     for seed in cfg.seeds:
         t0 = time.perf_counter()
-        res = run_seed(cfg, fg, seed, torch.device("cpu"))
+        label = f"{cfg.algorithm.name} {cfg.protocol.name} seed {seed}"
+        res = run_seed(cfg, fg, seed, torch.device("cpu"), hooks=PROGRESS.hooks(label))
         row = {
             "seed": seed,
             "series": {k: [float(e.overall[k]) for e in res.evals] for k in SERIES},

@@ -46,6 +46,7 @@ import securefgl.algorithms.fedstruct as fedstruct
 from securefgl.config import RunConfig
 from securefgl.data import load_dataset, partition_graph
 from securefgl.engine import run_seed
+from securefgl.experiments.progress import Progress
 
 #: Table 4 of the paper (Cora, CiteSeer, Chameleon) as FedStruct options and training settings.
 PRESETS = {
@@ -137,6 +138,7 @@ def main() -> None:
     args = ap.parse_args()
     data = load_dataset(args.dataset)
     results: dict[str, list[dict]] = {m: [] for m in args.methods}
+    progress = Progress(len(args.seeds) * len(args.methods))
     for seed in args.seeds:
         fg = partition_graph(
             data, "random", 10, seed=seed, split=(0.1, 0.1, 0.8), split_scope="global", cache=False
@@ -145,7 +147,9 @@ def main() -> None:
         for m in args.methods:
             t0 = time.perf_counter()
             cfg = config(m, args.dataset, args.protocol, args.rounds, args.nsf)
-            res = run_seed(cfg, fg, seed, torch.device("cpu"))
+            res = run_seed(
+                cfg, fg, seed, torch.device("cpu"), hooks=progress.hooks(f"{args.dataset} {m} seed {seed}")
+            )
             ov = res.final.overall
             row = {
                 "seed": seed,
@@ -165,7 +169,8 @@ def main() -> None:
         )
     if args.out:
         with open(args.out, "w") as fh:
-            json.dump(results, fh, indent=2)
+            # "args": what the report (examples/reproductions_report.py) needs to label the rows.
+            json.dump({"args": vars(args), "results": results}, fh, indent=2)
 
 
 if __name__ == "__main__":

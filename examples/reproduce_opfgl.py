@@ -61,6 +61,10 @@ from securefgl.data.partition import partition_graph
 from securefgl.engine import run_seed
 from securefgl.errors import PartitionError
 from securefgl.experiments import add_partition_dir_option, partition_file
+from securefgl.experiments.progress import Progress
+
+#: Progress lines (rounds done, time left) on stderr, through the engine's hooks.
+PROGRESS = Progress()
 
 #: Paper numbers: (accuracy mean, std, F1 mean, std); O-pFGL and Standalone Tables 1/6, FedAvg 100 rounds
 #: Tables 9/10.
@@ -121,7 +125,7 @@ def run_cell(
     accs, f1s, secs = [], [], []
     for seed in seeds:
         t0 = time.perf_counter()
-        res = run_seed(cfg, fg, seed, torch.device("cpu"))
+        res = run_seed(cfg, fg, seed, torch.device("cpu"), hooks=PROGRESS.hooks(f"{label} seed {seed}"))
         secs.append(time.perf_counter() - t0)
         accs.append(res.final.overall["test_acc"])
         f1s.append(res.final.overall["test_f1"])

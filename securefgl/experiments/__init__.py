@@ -11,9 +11,12 @@ One module per concept:
 * :mod:`securefgl.experiments.adafgl`: the settings of AdaFGL's Table II cells (split ratios, partition
   parameters, run config);
 * :mod:`securefgl.experiments.claims`: FedLoG's generalisation claim, judged from per-seed result rows
-  (:func:`claim_verdicts`).
+  (:func:`claim_verdicts`);
+* :mod:`securefgl.experiments.progress`: the scripts' progress lines (rounds done, time left) through the
+  engine's run hooks (:class:`~securefgl.experiments.progress.Progress`; imported by name).
 
-Importing this package, the two replays or :mod:`~securefgl.experiments.claims` needs only numpy and the
+Importing this package, the two replays, :mod:`~securefgl.experiments.claims` or
+:mod:`~securefgl.experiments.progress` needs only numpy and the
 standard library (no torch), so the replays also run in the reference tools' own environments;
 :mod:`securefgl.experiments.adafgl` builds run configs and is imported by name.
 """

@@ -1,0 +1,447 @@
+"""Collect the reproduction scripts' saved results and write ``REPRODUCTIONS.md`` (issue 25).
+
+The page answers "does securefgl reproduce paper X?" for the five seed papers. Its figures are never typed by
+hand: each table is computed here from result files that the reproduction scripts wrote (``--out``), which
+``collect`` copies into ``reproductions/<paper>/<name>.json`` together with the command that produced them and
+the machine it ran on. Where a paper has no saved result yet, the page quotes the figures of the script's own
+docstring (marked as such, with the command to re-measure them into a saved result).
+
+Two verbs::
+
+    # 1. after a run: file the script's --out files (several seeds may come from parallel processes)
+    python examples/reproductions_report.py collect --paper adafgl --name chameleon_louvain_exact_602020 \\
+        --title "Chameleon, Louvain, exact replay, 60/20/20" --machine "H100 host, 16 CPU cores, CPU runs" \\
+        --command "python examples/reproduce_adafgl.py ..." results/L6020_s*.json
+    #    reproduce_fedstruct.py: its --out file, or its log (one JSON line per seed) when a run was cut short
+    python examples/reproductions_report.py collect --paper fedstruct --name cora ... fedstruct_cora.log
+
+    # 2. the page
+    python examples/reproductions_report.py render            # writes REPRODUCTIONS.md
+    python examples/reproductions_report.py render --check    # exit 1 if REPRODUCTIONS.md is out of date
+
+Nothing here runs a model; ``render`` reads JSON only, so it is cheap and tested.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import math
+import statistics
+import sys
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "reproductions"
+PAGE = ROOT / "REPRODUCTIONS.md"
+
+#: The papers in page order: title, script, and where its docstring's measured figures are (start, end markers).
+PAPERS: dict[str, dict[str, Any]] = {
+    "opfgl": {
+        "title": "O-pFGL (Cora / CiteSeer, louvain+ and metis+, 10 clients)",
+        "script": "examples/reproduce_opfgl.py",
+        "docstring": ("The paper's own partitions", None),
+    },
+    "fedspray": {
+        "title": "FedSpray (O-pFGL's third-party table; FedSpray's minority-node claim)",
+        "script": "examples/reproduce_fedspray.py",
+        "docstring": ("``--partition-dir`` reads", "FedSpray runs with"),
+    },
+    "fedstruct": {
+        "title": "FedStruct (Table 5, random partition, 10 clients)",
+        "script": "examples/reproduce_fedstruct.py",
+        "docstring": ("Targets (Table 5", None),
+    },
+    "adafgl": {
+        "title": "AdaFGL (Table II, 10 clients)",
+        "script": "examples/reproduce_adafgl.py",
+        "docstring": ("Step 2 starts from", "Progress (rounds done"),
+    },
+    "fedlog": {
+        "title": "FedLoG (O-pFGL's third-party table; FedLoG's generalisation claim)",
+        "script": "examples/reproduce_fedlog.py",
+        "docstring": ("``--partition-dir`` reads O-pFGL's", "Torch runs single-threaded"),
+    },
+}
+
+#: AdaFGL Table II, the AdaFGL rows of II-a (Louvain) and II-b (structure non-iid).
+ADAFGL_PAPER = {
+    ("cora", "louvain"): (82.9, 0.5),
+    ("cora", "structure-noniid"): (80.4, 0.8),
+    ("citeseer", "louvain"): (72.5, 0.6),
+    ("citeseer", "structure-noniid"): (69.3, 0.8),
+    ("chameleon", "louvain"): (68.9, 2.1),
+    ("chameleon", "structure-noniid"): (70.8, 2.2),
+    ("squirrel", "louvain"): (56.1, 1.5),
+    ("squirrel", "structure-noniid"): (60.4, 1.7),
+    ("actor", "louvain"): (35.9, 1.5),
+    ("actor", "structure-noniid"): (42.7, 1.3),
+}
+#: FedStruct Table 5, FedStruct (H2V) row.
+FEDSTRUCT_PAPER = {"cora": (80.28, 1.44), "citeseer": (66.29, 0.87), "chameleon": (52.36, 2.63)}
+#: The bar of issue 25: a cell is reached when the mean is within this many points of the paper's.
+TOLERANCE = 2.5
+
+#: Measured reasons for what is not reached, one or two sentences each, keyed by paper (prose, not figures:
+#: every number they cite is in a table of the same section).
+NOTES: dict[str, list[str]] = {
+    "opfgl": [
+        "Not re-run into a saved result for this page (the session's GPU-host time went to AdaFGL's Chameleon "
+        "cells); the targets were measured on O-pFGL's own partitions, whose replay "
+        "(`examples/opfgl_reference_partition.py`) runs in a separate python-louvain + scikit-learn 1.2 environment.",
+    ],
+    "fedspray": [
+        "The minority-node claim is measured on Cora and CiteSeer only: the paper's other datasets were not "
+        "available offline (see `shared/datasets/README.md`).",
+    ],
+    "fedstruct": [
+        "The run on the GPU host was cut at the call's time limit (about 3 min per Cora seed on one core), so only "
+        "the seeds listed were saved; CiteSeer and Chameleon are the docstring's CPU figures.",
+    ],
+    "adafgl": [
+        "Chameleon Louvain is not reached on any split, even on the exact replay of the reference partition (Geom-GCN's "
+        "raw edge order): the edge order changes the partition (137 duplicated node copies instead of 214) but not "
+        "the verdict, and the reference's duplicate-weighted accuracy still leaves it more than 4 points short.",
+        "Which split: on Louvain the three splits give figures within about 2.5 points of each other, all short; on "
+        "structure non-iid Table I's 60/20/20 overshoots the paper (see the table) while the official code's "
+        "20/40/40 (docstring, seeds 0-2: 68.8) lands within 2.5, so the published Chameleon numbers are consistent with the "
+        "code's 20/40/40 per-client split, not with the 60/20/20 the paper states.",
+        "Issue 27 (heterophilous columns): row-normalising the features (the paper's preprocessing) lowers AdaFGL "
+        "on Chameleon and Squirrel, so it is not the cause; on Squirrel (our Louvain draw) AdaFGL is below "
+        "FedAvg-GCN on the same partition, and on Chameleon Louvain 60/20/20 level with it (the rows above).",
+    ],
+    "fedlog": [
+        "The generalisation claim is measured not to hold (Cora and CiteSeer, K = 3, 5, 10; the table is in the "
+        "docstring quoted below); FedLoG runs take 10-45 min per seed on one CPU core and were not re-run into "
+        "saved results for this page.",
+    ],
+}
+
+
+# ----------------------------------------------------------------------------------------------------------
+# statistics
+# ----------------------------------------------------------------------------------------------------------
+
+
+def mean_std(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and sample std (ddof = 1; 0 for one value); NaN for none."""
+    if not values:
+        return math.nan, math.nan
+    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
+
+
+def pm(values: Sequence[float], digits: int = 1) -> str:
+    m, s = mean_std(values)
+    return "-" if math.isnan(m) else f"{m:.{digits}f} ± {s:.{digits}f}"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# collect
+# ----------------------------------------------------------------------------------------------------------
+
+
+def read_adafgl(paths: Iterable[Path]) -> list[dict[str, Any]]:
+    """Merge reproduce_adafgl.py ``--out`` files: cells keyed by their settings, runs concatenated by seed."""
+    cells: dict[str, dict[str, Any]] = {}
+    for path in paths:
+        data = json.loads(Path(path).read_text())
+        for cell in data.get("cells") or ([data["partial"]] if "partial" in data else []):
+            meta = {k: v for k, v in cell.items() if k not in ("clients", "runs")}
+            key = json.dumps(meta, sort_keys=True)
+            merged = cells.setdefault(key, {**meta, "device": data["args"].get("device", "cpu"), "runs": []})
+            merged["runs"].extend(cell["runs"])
+    out = list(cells.values())
+    for cell in out:
+        cell["runs"].sort(key=lambda r: (r["protocol"], r["seed"]))
+        for r in cell["runs"]:
+            r.pop("per_client", None)
+            r.pop("phase_seconds", None)
+    return out
+
+
+def read_fedstruct(paths: Iterable[Path]) -> dict[str, list[dict[str, Any]]]:
+    """reproduce_fedstruct.py results: its ``--out`` file, or the JSON lines of its log (one per finished seed)."""
+    results: dict[str, list[dict[str, Any]]] = {}
+    for path in paths:
+        text = Path(path).read_text()
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError:
+            data = None
+        if isinstance(data, dict):
+            for method, rows in data.get("results", data).items():
+                results.setdefault(method, []).extend(rows)
+            continue
+        for line in text.splitlines():
+            if line.startswith("{") and '"method"' in line:
+                row = json.loads(line)
+                results.setdefault(row.pop("method"), []).append(row)
+    for rows in results.values():
+        rows.sort(key=lambda r: r["seed"])
+    return results
+
+
+def collect(args: argparse.Namespace) -> Path:
+    files = [Path(f) for f in args.files]
+    missing = [str(f) for f in files if not f.exists()]
+    if missing:
+        raise SystemExit(f"collect: no such file: {', '.join(missing)}")
+    record: dict[str, Any] = {
+        "paper": args.paper,
+        "name": args.name,
+        "title": args.title or args.name,
+        "command": args.command,
+        "machine": args.machine,
+        "partition": args.partition,
+        "split_label": args.split_label,
+    }
+    if args.paper == "adafgl":
+        record["cells"] = read_adafgl(files)
+    elif args.paper == "fedstruct":
+        record["dataset"] = args.dataset
+        record["protocol"] = args.protocol
+        record["results"] = read_fedstruct(files)
+    else:
+        raise SystemExit(f"collect: {args.paper} results are not collected yet (adafgl, fedstruct)")
+    out = Path(args.dir) / args.paper / f"{args.name}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(record, indent=1, default=float) + "\n")
+    print(f"wrote {out}")
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------------
+# render
+# ----------------------------------------------------------------------------------------------------------
+
+
+def load_records(directory: Path) -> dict[str, list[dict[str, Any]]]:
+    """Every ``<dir>/<paper>/*.json``, by paper, in name order."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for path in sorted(Path(directory).glob("*/*.json")):
+        rec = json.loads(path.read_text())
+        rec["_file"] = path.relative_to(directory.parent).as_posix() if directory.is_absolute() else str(path)
+        out.setdefault(rec["paper"], []).append(rec)
+    return out
+
+
+def adafgl_rows(records: Sequence[dict[str, Any]]) -> list[str]:
+    """The AdaFGL table: one row per saved cell and protocol."""
+    lines = [
+        "| cell | partition | split | protocol | AdaFGL (ours) | reference weighting | FedAvg-GCN (ours) | paper "
+        f"| within {TOLERANCE} | seeds | s / seed | result file |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for rec in records:
+        for cell in rec["cells"]:
+            key = (cell["dataset"], cell["split"])
+            paper = ADAFGL_PAPER.get(key)
+            by_proto: dict[str, list[dict[str, Any]]] = {}
+            for r in cell["runs"]:
+                by_proto.setdefault(r["protocol"], []).append(r)
+            for protocol, runs in sorted(by_proto.items(), reverse=True):
+                acc = [100 * r["adafgl_test_acc"] for r in runs]
+                refw = [
+                    100 * r["reference_weighted_test_acc"] for r in runs if "reference_weighted_test_acc" in r
+                ]
+                fed = [100 * r["fedavg_test_acc_last"] for r in runs]
+                m = mean_std(acc)[0]
+                if paper is None:
+                    within = "-"
+                else:
+                    within = "yes" if abs(m - paper[0]) <= TOLERANCE else "no"
+                    if refw:
+                        within += " / " + ("yes" if abs(mean_std(refw)[0] - paper[0]) <= TOLERANCE else "no")
+                split = rec.get("split_label") or "/".join(f"{round(100 * x)}" for x in cell["ratios"])
+                features = ", row-normalised features" if cell.get("row_normalize") else ""
+                lines.append(
+                    f"| {cell['dataset']} {cell['split']}{features} | {rec.get('partition') or cell['partition']} "
+                    f"| {split} | {protocol} ({cell.get('device', 'cpu')}) | {pm(acc)} | {pm(refw) if refw else '-'} "
+                    f"| {pm(fed)} | {'-' if paper is None else f'{paper[0]:.1f} ± {paper[1]:.1f}'} | {within} "
+                    f"| {len(runs)} ({min(r['seed'] for r in runs)}-{max(r['seed'] for r in runs)}) "
+                    f"| {statistics.fmean(r['seconds'] for r in runs):.0f} | `{rec['_file']}` |"
+                )
+            if {"secagg", "plaintext"} <= set(by_proto):
+                sec = {r["seed"]: r["adafgl_test_acc"] for r in by_proto["secagg"]}
+                pla = {r["seed"]: r["adafgl_test_acc"] for r in by_proto["plaintext"]}
+                common = sorted(set(sec) & set(pla))
+                gap = max(abs(sec[s] - pla[s]) for s in common) * 100
+                lines.append(
+                    f"| {cell['dataset']} {cell['split']} | | | secagg vs plaintext, seeds "
+                    f"{','.join(map(str, common))} | largest per-seed gap {gap:.2f} points | | | | "
+                    f"{'identical' if gap == 0 else 'differ'} | | | |"
+                )
+    return lines
+
+
+def fedstruct_rows(records: Sequence[dict[str, Any]]) -> list[str]:
+    lines = [
+        "| dataset | method | protocol | ours (mean ± pop. std) | paper | within | seeds | s / seed | result file |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for rec in records:
+        paper = FEDSTRUCT_PAPER.get(str(rec["dataset"]).lower())
+        for method, rows in rec["results"].items():
+            acc = [100 * r["test_acc"] for r in rows]
+            m = statistics.fmean(acc)
+            s = statistics.pstdev(acc) if len(acc) > 1 else 0.0
+            within = (
+                "-"
+                if paper is None or method != "fedstruct"
+                else ("yes" if abs(m - paper[0]) <= TOLERANCE else "no")
+            )
+            lines.append(
+                f"| {rec['dataset']} | {method} | {rec['protocol']} | {m:.2f} ± {s:.2f} | "
+                f"{'-' if paper is None else f'{paper[0]:.2f} ± {paper[1]:.2f}'} | {within} | "
+                f"{','.join(str(r['seed']) for r in rows)} | {statistics.fmean(r['seconds'] for r in rows):.0f} "
+                f"| `{rec['_file']}` |"
+            )
+    return lines
+
+
+def docstring_block(paper: str) -> list[str]:
+    """The measured part of a script's docstring (between its markers), quoted as it stands."""
+    meta = PAPERS[paper]
+    text = ast.get_docstring(ast.parse((ROOT / meta["script"]).read_text())) or ""
+    start, end = meta["docstring"]
+    i = text.find(start)
+    if i < 0:
+        return [f"(the docstring of `{meta['script']}` has no paragraph starting {start!r})"]
+    j = text.find(end, i) if end else -1
+    block = text[i : j if j > 0 else len(text)].strip()
+    return ["```text", *block.splitlines(), "```"]
+
+
+def commands(records: Sequence[dict[str, Any]]) -> list[str]:
+    out = []
+    for rec in records:
+        out.append(f"- **{rec['title']}** ({rec['machine']}):")
+        out.append("  ```bash")
+        out.extend(f"  {line}" for line in str(rec["command"]).splitlines())
+        out.append("  ```")
+    return out
+
+
+def glance(records: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """One line per paper: how many saved secagg cells are within the bar, or that none is saved."""
+    out = [f"| paper | saved secagg cells within {TOLERANCE} of the paper | source |", "|---|---|---|"]
+    for paper, meta in PAPERS.items():
+        hits: list[str] = []
+        for rec in records.get(paper, []):
+            if paper == "adafgl":
+                for cell in rec["cells"]:
+                    ref = ADAFGL_PAPER.get((cell["dataset"], cell["split"]))
+                    acc = [100 * r["adafgl_test_acc"] for r in cell["runs"] if r["protocol"] == "secagg"]
+                    if ref and acc and not cell.get("row_normalize") and not rec["name"].startswith("issue"):
+                        hits.append("yes" if abs(statistics.fmean(acc) - ref[0]) <= TOLERANCE else "no")
+            elif paper == "fedstruct":
+                ref = FEDSTRUCT_PAPER.get(str(rec["dataset"]).lower())
+                rows = rec["results"].get("fedstruct", [])
+                if ref and rows:
+                    m = statistics.fmean(100 * r["test_acc"] for r in rows)
+                    hits.append("yes" if abs(m - ref[0]) <= TOLERANCE else "no")
+        name = meta["title"].split(" (")[0]
+        if hits:
+            lines = f"{hits.count('yes')} of {len(hits)}"
+            src = "saved results (tables below) and the script's docstring for the rest"
+        else:
+            lines = "none saved yet"
+            src = "the script's docstring (CPU figures, quoted below)"
+        out.append(f"| [{name}](#{anchor(meta['title'])}) | {lines} | {src} |")
+    return out
+
+
+def anchor(title: str) -> str:
+    """GitHub's heading anchor of ``title``."""
+    keep = "".join(c for c in title.lower() if c.isalnum() or c in " -_")
+    return keep.replace(" ", "-")
+
+
+def render(directory: Path) -> str:
+    records = load_records(directory)
+    lines = [
+        "# Reproductions",
+        "",
+        "<!-- Generated by `python examples/reproductions_report.py render` from the saved results in",
+        "     `reproductions/`; do not edit by hand. -->",
+        "",
+        "Does securefgl reproduce paper X? One section per seed paper: the published cells we target, our figure",
+        "under secure aggregation (`secagg`: mean ± std over the seeds listed), whether `plaintext` gives the same",
+        "figure, the partition (our own draw, or the exact replay of the paper's), the command, its run time per",
+        f"seed on the stated machine, and, where a cell is not reached (more than {TOLERANCE} points from the paper),",
+        "the measured reason. Tables come from `reproductions/<paper>/*.json` (written by the reproduction scripts'",
+        "`--out` and filed by `examples/reproductions_report.py collect`); where a paper has no saved result yet,",
+        "the section quotes the figures of its script's docstring, which were measured on a CPU by an earlier",
+        "session, and says so. Seeded CPU and CUDA runs may differ slightly; each row names its device.",
+        "",
+        "Regenerate this page: `python examples/reproductions_report.py render`.",
+        "",
+        "## At a glance",
+        "",
+        *glance(records),
+        "",
+    ]
+    for paper, meta in PAPERS.items():
+        recs = records.get(paper, [])
+        lines += [f"## {meta['title']}", "", f"Script: `{meta['script']}`.", ""]
+        if recs and paper == "adafgl":
+            lines += adafgl_rows(recs) + [""]
+        elif recs and paper == "fedstruct":
+            lines += fedstruct_rows(recs) + [""]
+        if recs:
+            lines += ["Commands:", ""] + commands(recs) + [""]
+        for note in NOTES.get(paper, []):
+            lines += [f"- {note}"]
+        if NOTES.get(paper):
+            lines.append("")
+        label = "Earlier figures" if recs else "Figures (no saved result yet)"
+        lines += (
+            [f"{label}, as the script's docstring states them (CPU):", ""] + docstring_block(paper) + [""]
+        )
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="verb", required=True)
+    co = sub.add_parser(
+        "collect", help="file a script's result files under reproductions/<paper>/<name>.json"
+    )
+    co.add_argument("--paper", required=True, choices=sorted(PAPERS))
+    co.add_argument("--name", required=True)
+    co.add_argument("--title", default=None)
+    co.add_argument("--command", required=True, help="the command that produced the files")
+    co.add_argument("--machine", required=True, help="where it ran, e.g. 'H100 host, 16 CPU cores, CPU runs'")
+    co.add_argument("--partition", default=None, help="the partition, e.g. 'exact replay' or 'ours'")
+    co.add_argument("--split-label", default=None, help="the split column, when not the cells' ratios")
+    co.add_argument("--dataset", default=None, help="fedstruct: the dataset")
+    co.add_argument("--protocol", default="secagg", help="fedstruct: the protocol")
+    co.add_argument("--dir", default=str(RESULTS))
+    co.add_argument("files", nargs="+")
+    re_ = sub.add_parser("render", help="write REPRODUCTIONS.md from reproductions/")
+    re_.add_argument("--dir", default=str(RESULTS))
+    re_.add_argument("--out", default=str(PAGE))
+    re_.add_argument(
+        "--check", action="store_true", help="exit 1 if the page differs from what render writes"
+    )
+    args = ap.parse_args(argv)
+    if args.verb == "collect":
+        collect(args)
+        return
+    text = render(Path(args.dir))
+    if args.check:
+        current = Path(args.out).read_text() if Path(args.out).exists() else ""
+        if current != text:
+            print(f"{args.out} is out of date: run `python examples/reproductions_report.py render`")
+            sys.exit(1)
+        print(f"{args.out} is up to date")
+        return
+    Path(args.out).write_text(text)
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
