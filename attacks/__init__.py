@@ -15,6 +15,12 @@ from securefgl.attacks.aggregation_attacks import (
     minimum_cohort_attack,
     model_inconsistency_attack,
 )
+from securefgl.attacks.analytic_inversion import (
+    AnalyticConfig,
+    AnalyticResult,
+    analytic_study,
+    first_layer_candidates,
+)
 from securefgl.attacks.audit import ATTACKS, AuditConfig, AuditResult, audit
 from securefgl.attacks.gradient_inversion import (
     InversionConfig,
@@ -57,6 +63,8 @@ __all__ = [
     "ATTACKS",
     "AdversaryView",
     "AggregationRecord",
+    "AnalyticConfig",
+    "AnalyticResult",
     "AttackOutcome",
     "AuditConfig",
     "AuditResult",
@@ -71,6 +79,7 @@ __all__ = [
     "Reconstruction",
     "SuspiciousModelError",
     "TrainingRecipe",
+    "analytic_study",
     "audit",
     "balanced_pairs",
     "bias_candidates",
@@ -83,6 +92,7 @@ __all__ = [
     "differencing_attack",
     "disaggregation_attack",
     "external_edge_inference",
+    "first_layer_candidates",
     "first_layer_sanity",
     "hungarian_match",
     "imprint_attack",

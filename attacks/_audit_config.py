@@ -23,6 +23,7 @@ ATTACKS = (
     "min-cohort",
     "disaggregation",
     "malicious-model",
+    "analytic-inversion",
 )
 _ALIASES = {
     "gi": "gradient-inversion",
@@ -38,6 +39,8 @@ _ALIASES = {
     "edge-inference": "structure-inference",
     "imprint": "malicious-model",
     "robbing-the-fed": "malicious-model",
+    "analytic": "analytic-inversion",
+    "bias-ratio": "analytic-inversion",
 }
 _VIEWS = ("server", "client", "collusion")
 
@@ -143,7 +146,13 @@ class AuditConfig:
 _UPDATE_ATTACKS = ("gradient-inversion", "label")
 _MODEL_ATTACKS = ("link-stealing", "membership")
 _STAT_ATTACKS = ("statistics", "differencing")
-_PROTOCOL_ATTACKS = ("model-inconsistency", "min-cohort", "disaggregation", "malicious-model")
+_PROTOCOL_ATTACKS = (
+    "model-inconsistency",
+    "min-cohort",
+    "disaggregation",
+    "malicious-model",
+    "analytic-inversion",
+)
 _STRUCTURE_ATTACKS = ("structure-inference",)
 
 
@@ -198,6 +207,17 @@ def _applicability(cfg: AuditConfig, protocol: str) -> dict[str, str]:
                         f"broadcasts none (implemented for {', '.join(MODEL_AVERAGING)})"
                     )
                 malicious_applicable(cfg.model)
+            elif a == "analytic-inversion":
+                if cfg.algorithm not in MODEL_AVERAGING:
+                    raise AttackNotApplicableError(
+                        f"the analytic first-layer inversion reads a FedAvg-style model update; algorithm "
+                        f"{cfg.algorithm!r} uploads none (implemented for {', '.join(MODEL_AVERAGING)})"
+                    )
+                if cfg.model.lower() not in ("mlp", "gcn"):
+                    raise AttackNotApplicableError(
+                        f"the analytic first-layer inversion needs a two-layer mlp or gcn (a hidden ReLU layer "
+                        f"whose units one node alone activates); {cfg.model!r} has none"
+                    )
             if a in _PROTOCOL_ATTACKS and not cls.uses_protocol:
                 raise AttackNotApplicableError(f"algorithm {cfg.algorithm!r} never aggregates")
         except AttackNotApplicableError as exc:

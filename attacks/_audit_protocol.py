@@ -23,6 +23,8 @@ def _protocol_attack(ctx: _Context, name: str, kind: str) -> AttackOutcome:
         from securefgl.attacks._audit_malicious import _malicious_attack
 
         return _malicious_attack(ctx, targets, ctx.bars.task(f"{ctx.protocol}: {name}", 3))
+    if name == "analytic-inversion":
+        return _analytic_attack(ctx, targets)
     upload = _upload_setup(ctx)
     per: list[dict[str, Any]] = []
     bar = ctx.bars.task(f"{ctx.protocol}: {name}", len(targets))
@@ -221,3 +223,49 @@ def _disaggregation(
         "squares on the participation matrix; 'guard_*' = the same under ReleaseGuard(mode=...)"
     )
     return metrics, reason
+
+
+def _analytic_attack(ctx: _Context, targets: list[int]) -> AttackOutcome:
+    """Analytic first-layer inversion of the honest first uploads (the job's own recipe): each target's upload
+    under plaintext, the protocol's sum of every client otherwise; scored on the targets' training nodes."""
+    from securefgl.attacks._audit_config import run_config
+    from securefgl.attacks.analytic_inversion import AnalyticConfig, analytic_study
+    from securefgl.protocols.registry import parse_protocol
+
+    spec = parse_protocol(ctx.protocol)
+    plain = spec.base == "plaintext" and not spec.dp
+    bar = ctx.bars.task(f"{ctx.protocol}: analytic-inversion", 1)
+    acfg = AnalyticConfig(seed=ctx.cfg.seed)
+    res = analytic_study(
+        run_config(ctx.cfg, ctx.protocol),
+        ctx.fg,
+        seed=ctx.cfg.seed,
+        protocols=() if plain else (ctx.protocol,),
+        config=acfg,
+        protocol_options=dict(ctx.run_cfg.protocol.options),
+    )
+    bar(1, 1)
+    view = "plaintext" if plain else ctx.protocol
+    rows = {r["client"]: r for r in res.rows if r["view"] == view and r["client"] in targets}
+    per = [{k: v for k, v in rows[t].items() if k != "view"} for t in targets if t in rows]
+    exact = [float(r["exact"]) for r in per]
+    cos = [float(r["mean_best_cosine"]) for r in per]
+    chance = [float(r.get("chance_mean_best_cosine", float("nan"))) for r in per]
+    chance_exact = [float(r.get("chance_exact", float("nan"))) for r in per]
+    metrics = {
+        "exact_recovery": metric(exact, {"chance": float(np.nanmean(chance_exact)) if chance_exact else 0.0}),
+        "feature_cosine": metric(cos, {"chance": float(np.nanmean(chance)) if chance else float("nan")}),
+    }
+    seen = (
+        "each client's own upload"
+        if plain
+        else f"the {ctx.protocol} sum of all {len(ctx.fg.clients)} clients"
+    )
+    reason = (
+        f"rows dW_i / db_i of the first layer ({res.model}; GCN: propagated inputs, graph known) of {seen} in "
+        f"the first round (the job's own recipe); figure = fraction of each target's training nodes recovered "
+        f"with cosine > {acfg.exact_cosine}, and their mean best cosine; chance: as many random public rows"
+    )
+    return AttackOutcome(
+        "analytic-inversion", ctx.protocol, "server", "ok", reason, metrics, {"per_target": per}
+    )

@@ -32,6 +32,7 @@ Attacks (``AuditConfig.attacks``):
 ``min-cohort``             a "sum" of one client; the minimum-contributors rule
 ``disaggregation``         least squares over sums with varying participants (Lam et al.)
 ``malicious-model``        imprint bins (Fowl et al. 2022): training nodes recovered exactly from the secure sum
+``analytic-inversion``     first-layer rows dW_i / db_i of honest uploads (or their sum): training nodes exactly
 =========================  =====================================================================================
 
 Layout: the configuration and the applicability rules (:mod:`~securefgl.attacks._audit_config`), the

@@ -83,6 +83,7 @@ NAMES: dict[str, tuple[str, ...]] = {
         "min-cohort",
         "disaggregation",
         "malicious-model",
+        "analytic-inversion",
     ),
     "bench-section": ("protocols", "unmasking", "ckks", "ckks-bytes", "dp"),
 }
