@@ -35,6 +35,7 @@ class RunTracker:
         self.warned: set[int] = set()
         self.bytes = 0
         self.task: Any = None
+        self.seed: int | None = None
         self.setup_task: Any = None
         self.progress: Any = None
 
@@ -92,6 +93,7 @@ class RunTracker:
             )
 
     def on_seed(self, seed: int, planned: int) -> None:
+        self.seed = seed
         self.rounds[seed] = []
         self.bytes = 0
         if self.progress is None:
@@ -100,6 +102,13 @@ class RunTracker:
             self.progress.remove_task(self.setup_task)
             self.setup_task = None
         self.task = self.progress.add_task(f"seed {seed}", total=planned, loss="-", val="-", bytes="0 B")
+
+    def on_round_start(self, event: Any) -> None:
+        """Name the phase and round now running (a long setup round shows what it is doing)."""
+        if self.progress is None or self.task is None:
+            return
+        where = f"{event.phase} {event.round + 1}/{event.num_rounds}" if event.num_rounds > 1 else event.phase
+        self.progress.update(self.task, description=f"seed {self.seed} · {where}")
 
     def rounds_of(self, seed: int) -> list[Any]:
         return list(self.rounds.get(seed, []))

@@ -420,6 +420,7 @@ def _execute(cfg: Any, out_dir: Path | None, *, progress: bool) -> Any:
     import securefgl
     from securefgl.api import RunResult
     from securefgl.config import replace
+    from securefgl.engine.hooks import RunHooks
     from securefgl.engine.metrics import mean_std
     from securefgl.engine.records import SeedResult
     from securefgl.engine.results import write_results
@@ -444,7 +445,12 @@ def _execute(cfg: Any, out_dir: Path | None, *, progress: bool) -> Any:
                 one = replace(cfg, {"seeds": [seed], "output": {"save": False}})
                 tracker.setup(seed)
                 try:
-                    r = securefgl.run(one, on_round=tracker.on_round, on_seed=tracker.on_seed)
+                    r = securefgl.run(
+                        one,
+                        on_round=tracker.on_round,
+                        on_seed=tracker.on_seed,
+                        hooks=RunHooks(on_round_start=tracker.on_round_start),
+                    )
                 except Exception as exc:  # a bug must not lose the finished seeds either
                     partial = getattr(exc, "partial", None)
                     if partial is None and tracker.rounds_of(seed):

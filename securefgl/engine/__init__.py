@@ -9,7 +9,14 @@ The entry point for users is :func:`securefgl.run` (:mod:`securefgl.api`); this 
 from __future__ import annotations
 
 from securefgl.engine.evaluation import RoundSelector, metrics_from_sums
-from securefgl.engine.hooks import AggregateEvent, EvaluateEvent, RoundEvent, RunHooks, StartEvent
+from securefgl.engine.hooks import (
+    AggregateEvent,
+    EvaluateEvent,
+    RoundEvent,
+    RoundStartEvent,
+    RunHooks,
+    StartEvent,
+)
 from securefgl.engine.metrics import aggregate_clients, client_metrics, macro_f1, mean_std
 from securefgl.engine.runner import EvalRecord, RoundRecord, SeedResult, run_seed
 
@@ -18,6 +25,7 @@ __all__ = [
     "EvaluateEvent",
     "RoundEvent",
     "RoundSelector",
+    "RoundStartEvent",
     "RunHooks",
     "StartEvent",
     "metrics_from_sums",

@@ -9,6 +9,8 @@ as ground truth); the server step itself still receives :class:`~securefgl.proto
 hook               called
 =================  ====================================================================================
 ``on_start``       once, after the algorithm is built (:class:`StartEvent`)
+``on_round_start`` before every round and every local phase (:class:`RoundStartEvent`): long setup
+                   rounds (condensation, multi-hop products) can be named while they run
 ``on_aggregate``   after every sum the protocol computed or aborted, training and evaluation alike
                    (:class:`AggregateEvent`)
 ``on_evaluate``    after every evaluation (:class:`EvaluateEvent`)
@@ -32,7 +34,7 @@ if TYPE_CHECKING:
     from securefgl.protocols.base import Sums, Transcript
     from securefgl.protocols.encoding import SumSchema
 
-__all__ = ["AggregateEvent", "EvaluateEvent", "RoundEvent", "RunHooks", "StartEvent"]
+__all__ = ["AggregateEvent", "EvaluateEvent", "RoundEvent", "RoundStartEvent", "RunHooks", "StartEvent"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -50,6 +52,25 @@ class StartEvent:
     phases: Sequence[Phase]
     setting: Setting
     seed: int
+
+
+@dataclass(frozen=True, eq=False)
+class RoundStartEvent:
+    """A round (or a local phase) is about to run.
+
+    Args:
+        phase: The phase's name (e.g. ``"setup"``, ``"upload"``, ``"train"``).
+        round: Round index within the phase.
+        num_rounds: Rounds of the phase (1 for a local phase).
+        done: Rounds and local phases finished so far in this seed.
+        total: Rounds and local phases this seed will run at most.
+    """
+
+    phase: str
+    round: int
+    num_rounds: int
+    done: int
+    total: int
 
 
 @dataclass(frozen=True, eq=False)
@@ -126,12 +147,14 @@ class RunHooks:
 
     Args:
         on_start: ``(StartEvent) -> None``.
+        on_round_start: ``(RoundStartEvent) -> None``.
         on_aggregate: ``(AggregateEvent) -> None``.
         on_evaluate: ``(EvaluateEvent) -> None``.
         on_round: ``(RoundEvent) -> None``.
     """
 
     on_start: Callable[[StartEvent], None] | None = None
+    on_round_start: Callable[[RoundStartEvent], None] | None = None
     on_aggregate: Callable[[AggregateEvent], None] | None = None
     on_evaluate: Callable[[EvaluateEvent], None] | None = None
     on_round: Callable[[RoundEvent], None] | None = None
@@ -153,6 +176,11 @@ class RunHooks:
         for h in self._all():
             if h.on_start:
                 h.on_start(event)
+
+    def round_start(self, event: RoundStartEvent) -> None:
+        for h in self._all():
+            if h.on_round_start:
+                h.on_round_start(event)
 
     def aggregate(self, event: AggregateEvent) -> None:
         for h in self._all():

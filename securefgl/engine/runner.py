@@ -26,7 +26,14 @@ from securefgl.algorithms.registry import create_algorithm, get_algorithm
 from securefgl.config.run import RunConfig
 from securefgl.data.cross_edges import attach_cross_edges
 from securefgl.engine.evaluation import EVAL_KEY, evaluation_contribution, evaluation_schema
-from securefgl.engine.hooks import AggregateEvent, EvaluateEvent, RoundEvent, RunHooks, StartEvent
+from securefgl.engine.hooks import (
+    AggregateEvent,
+    EvaluateEvent,
+    RoundEvent,
+    RoundStartEvent,
+    RunHooks,
+    StartEvent,
+)
 from securefgl.engine.metrics import client_metrics
 from securefgl.engine.records import EvalRecord, RoundRecord, SeedResult
 from securefgl.engine.server import FederationServer
@@ -222,6 +229,7 @@ class _Run:
         if broadcast is not self.delivered and size:
             down = dict.fromkeys((c.id for c in clients), size)
             self.delivered = broadcast
+        self.hooks.round_start(RoundStartEvent(phase.name, 0, 1, self.done, self.total))
         t0 = time.perf_counter()
         self.algorithm.personalize_clients(clients, broadcast, phase)
         ids = [c.id for c in clients]
@@ -251,6 +259,7 @@ class _Run:
             rs = RoundState(
                 phase.name, r, self.global_round, tuple(invited), self.server.broadcast, num_rounds
             )
+            self.hooks.round_start(RoundStartEvent(phase.name, r, num_rounds, self.done, self.total))
             if not invited:  # an empty Poisson cohort: nobody takes part, nothing is released
                 rec = RoundRecord(phase.name, r, self.global_round, [], float("nan"), {}, {}, 0.0, 0.0, 0.0)
                 self.result.report.setdefault("empty_rounds", []).append(self.global_round)

@@ -172,6 +172,28 @@ def test_a_diverging_loss_is_warned_once(capsys: pytest.CaptureFixture[str]) -> 
     assert len(err) == 1 and "rose from 1.1 to 17.6 by round 4" in err[0] and "dp_min_contributors" in err[0]
 
 
+def test_progress_names_the_phase_now_running() -> None:
+    from types import SimpleNamespace
+
+    from securefgl.cli._progress import RunTracker
+    from securefgl.engine.hooks import RoundStartEvent
+
+    cfg = SimpleNamespace(
+        algorithm=SimpleNamespace(name="fedstruct"),
+        protocol=SimpleNamespace(name="secagg"),
+        dataset=SimpleNamespace(name="csbm"),
+        partition=SimpleNamespace(method="louvain", clients=3),
+        model=SimpleNamespace(name="gcn"),
+        seeds=[4],
+    )
+    with RunTracker(cfg, enabled=True) as tracker:
+        tracker.on_seed(4, 10)
+        tracker.on_round_start(RoundStartEvent("setup", 1, 6, 2, 10))
+        assert tracker.progress.tasks[tracker.task].description == "seed 4 · setup 2/6"
+        tracker.on_round_start(RoundStartEvent("train", 0, 1, 8, 10))
+        assert tracker.progress.tasks[tracker.task].description == "seed 4 · train"
+
+
 def test_default_threads_by_graph_size(monkeypatch: pytest.MonkeyPatch) -> None:
     from securefgl.cli import _threads
 
