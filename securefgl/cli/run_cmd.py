@@ -496,8 +496,22 @@ def _json_summary(result: Any) -> dict[str, Any]:
         return v
 
     d = result.to_dict()
-    d["seeds"] = [{k: v for k, v in s.items() if k != "rounds"} for s in d["seeds"]]
+    d["seeds"] = [
+        {
+            **{k: v for k, v in s.items() if k != "rounds"},
+            "round_seconds": _round_seconds(s.get("rounds", [])),
+        }
+        for s in d["seeds"]
+    ]
     return clean(d)
+
+
+def _round_seconds(rounds: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per round, where the time went: local training, the protocol (crypto), the server step, evaluation."""
+    keys = ("train", "crypto", "server", "eval")
+    return [
+        {"phase": r["phase"], "round": r["round"], **{k: r[f"{k}_seconds"] for k in keys}} for r in rounds
+    ]
 
 
 def _print_table(result: Any) -> None:

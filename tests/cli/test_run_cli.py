@@ -104,6 +104,10 @@ def test_json_output_for_pipelines(data_root):
     assert out["output_dir"] is None
     assert set(out["summary"]["test_f1"]) == {"mean", "std"}
     assert "rounds" not in out["seeds"][0]
+    split = out["seeds"][0]["round_seconds"]  # where each round's time went, for pipelines
+    assert [(r["phase"], r["round"]) for r in split] == [("train", 0), ("train", 1)]
+    assert all(set(r) == {"phase", "round", "train", "crypto", "server", "eval"} for r in split)
+    assert all(r["train"] > 0 and r["crypto"] >= 0 for r in split) and split[1]["eval"] > 0
 
 
 def _exit(argv, capsys):
