@@ -112,6 +112,31 @@ def _support_and_basis(
     return support, basis
 
 
+def group_repeated_rows(
+    cand: Tensor, *, min_cosine: float, norm_rtol: float, norm_floor: float
+) -> tuple[Tensor, Tensor]:
+    """Merge candidate rows that are the same input: ``(mean of each group, group sizes)``, in first-seen order.
+
+    Two rows are the same when their cosine exceeds ``min_cosine`` and their norms agree within ``norm_rtol``
+    (a repeated exact input has the same scale, not only the same direction).
+    """
+    unit = F.normalize(cand, dim=1)
+    same = (unit @ unit.T) > min_cosine
+    norms = cand.norm(dim=1)
+    same &= (norms[:, None] - norms[None, :]).abs() <= norm_rtol * norms[:, None].clamp(min=norm_floor)
+    taken = torch.zeros(cand.shape[0], dtype=torch.bool)
+    reps: list[Tensor] = []
+    counts: list[int] = []
+    for i in range(cand.shape[0]):
+        if taken[i]:
+            continue
+        group = same[i] & ~taken
+        taken |= group
+        reps.append(cand[group].mean(0))
+        counts.append(int(group.sum()))
+    return torch.stack(reps), torch.tensor(counts, dtype=torch.long)
+
+
 def bias_candidates(
     update: ModelUpdate, model: torch.nn.Module, num_features: int, *, tol: float = 1e-4
 ) -> tuple[Tensor, Tensor]:
@@ -147,22 +172,7 @@ def bias_candidates(
     cand = cand[torch.isfinite(cand).all(1) & (cand.abs().sum(1) > 0)]
     if cand.numel() == 0:
         return torch.empty(0, num_features), torch.empty(0, dtype=torch.long)
-    unit = F.normalize(cand, dim=1)
-    same = (unit @ unit.T) > 1 - tol
-    # also require equal norms (a repeated exact input has the same scale, not only the same direction)
-    norms = cand.norm(dim=1)
-    same &= (norms[:, None] - norms[None, :]).abs() <= 1e-3 * norms[:, None].clamp(min=1e-12)
-    taken = torch.zeros(cand.shape[0], dtype=torch.bool)
-    reps, counts = [], []
-    for i in range(cand.shape[0]):
-        if taken[i]:
-            continue
-        group = same[i] & ~taken
-        taken |= group
-        reps.append(cand[group].mean(0))
-        counts.append(int(group.sum()))
-    reps_t = torch.stack(reps)
-    counts_t = torch.tensor(counts, dtype=torch.long)
+    reps_t, counts_t = group_repeated_rows(cand, min_cosine=1 - tol, norm_rtol=1e-3, norm_floor=1e-12)
     # A repeated row can still be a mixture: at a fresh model two same-label nodes have nearly equal
     # residuals, so every unit active on exactly that pair gives their midpoint. Drop repeated rows that are
     # the midpoint of two other rows.

@@ -43,9 +43,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
+from securefgl.attacks._inversion_analytic import group_repeated_rows
 from securefgl.attacks.imprint import imprint_layout, match_rows
 from securefgl.errors import AttackNotApplicableError, ConfigError
 
@@ -116,21 +116,9 @@ def first_layer_candidates(
     cand = cand[torch.isfinite(cand).all(1) & (cand.abs().sum(1) > 0)]
     if cand.numel() == 0:
         return empty
-    unit = F.normalize(cand, dim=1)
-    norms = cand.norm(dim=1)
-    same = (unit @ unit.T) > cfg.dedup_cosine
-    same &= (norms[:, None] - norms[None, :]).abs() <= cfg.dedup_norm * norms[:, None].clamp(min=1e-30)
-    taken = torch.zeros(cand.shape[0], dtype=torch.bool)
-    reps: list[Tensor] = []
-    counts: list[int] = []
-    for i in range(cand.shape[0]):
-        if taken[i]:
-            continue
-        group = same[i] & ~taken
-        taken |= group
-        reps.append(cand[group].mean(0))
-        counts.append(int(group.sum()))
-    rows, rep = torch.stack(reps), torch.tensor(counts, dtype=torch.long)
+    rows, rep = group_repeated_rows(
+        cand, min_cosine=cfg.dedup_cosine, norm_rtol=cfg.dedup_norm, norm_floor=1e-30
+    )
     order = torch.argsort(-rep, stable=True)
     return rows[order], rep[order]
 

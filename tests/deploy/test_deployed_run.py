@@ -35,19 +35,6 @@ def _config(data_root: str, clients: int = 5, rounds: int = 2) -> RunConfig:
     )
 
 
-@pytest.fixture(scope="module")
-def cora_root(tmp_path_factory) -> str:
-    import os
-    import shutil
-
-    src = os.environ.get("SECUREFGL_DATA") or "/work/shared/datasets"
-    if not os.path.isdir(os.path.join(src, "Cora")):
-        pytest.skip("Cora raw files not available")
-    dst = tmp_path_factory.mktemp("data")
-    shutil.copytree(os.path.join(src, "Cora"), dst / "Cora")
-    return str(dst)
-
-
 def _halves(config: RunConfig, folder) -> dict[int, ClientHalf]:
     export_clients(load_federated_graph(config), folder)
     return {

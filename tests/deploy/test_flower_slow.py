@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -37,16 +36,6 @@ SAME = [
     "--set",
     "threads=1",
 ]
-
-
-@pytest.fixture(scope="module")
-def cora_root(tmp_path_factory) -> str:
-    src = os.environ.get("SECUREFGL_DATA") or "/work/shared/datasets"
-    if not os.path.isdir(os.path.join(src, "Cora")):
-        pytest.skip("Cora raw files not available")
-    dst = tmp_path_factory.mktemp("data")
-    shutil.copytree(os.path.join(src, "Cora"), dst / "Cora")
-    return str(dst)
 
 
 def _cli(*args: str) -> list[str]:
