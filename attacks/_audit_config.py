@@ -86,6 +86,13 @@ class AuditConfig:
         figures: Write figures. (default: ``True``)
         device: ``"cpu"``, ``"cuda"`` or ``"auto"``. (default: ``"cpu"``)
         progress: Show rich progress bars. (default: ``False``)
+        privacy: GAP's protected unit, ``"node"``, ``"edge"`` or ``"none"`` (the same architecture without
+            noise); ``None``: not set. Only with ``algorithm="gap"`` (a :class:`ConfigError` otherwise); sets
+            ``algorithm.options.privacy`` of the run. (default: ``None``)
+        epsilon: GAP's target epsilon of the whole run (``inf``: no noise); ``None``: GAP's default. Only
+            with ``algorithm="gap"``. (default: ``None``)
+        delta: GAP's target delta; ``None``: GAP's default ``1 / (10 N)``. Only with ``algorithm="gap"``.
+            (default: ``None``)
     """
 
     algorithm: str = "fedavg"
@@ -109,6 +116,9 @@ class AuditConfig:
     figures: bool = True
     device: str = "cpu"
     progress: bool = False
+    privacy: str | None = None
+    epsilon: float | None = None
+    delta: float | None = None
 
     def __post_init__(self) -> None:
         attacks = tuple(dict.fromkeys(_norm_attack(a) for a in self.attacks))
@@ -137,6 +147,40 @@ class AuditConfig:
             raise ConfigError(f"guard_min_difference must be >= 2, got {self.guard_min_difference}")
         if not isinstance(self.run, Mapping):
             raise ConfigError(f"run must be a mapping of run-config sections, got {type(self.run).__name__}")
+        self._check_privacy()
+
+    def _check_privacy(self) -> None:
+        """``privacy``/``epsilon``/``delta`` are GAP's options: refuse them with another algorithm."""
+        pairs = (("privacy", self.privacy), ("epsilon", self.epsilon), ("delta", self.delta))
+        given = {k: v for k, v in pairs if v is not None}
+        if not given:
+            return
+        if self.algorithm != "gap":
+            what = ", ".join(f"{k}={v!r}" for k, v in given.items())
+            raise ConfigError(
+                f"{what} is differential privacy of algorithm 'gap' (node-/edge-level DP); algorithm "
+                f"{self.algorithm!r} has no such option: use algorithm 'gap' (or drop {', '.join(given)})"
+            )
+        from securefgl.algorithms.gap.options import PRIVACY_UNITS
+
+        if self.privacy is not None and self.privacy not in PRIVACY_UNITS:
+            raise ConfigError(f"privacy: invalid value {self.privacy!r}; valid: {', '.join(PRIVACY_UNITS)}")
+        if self.epsilon is not None:
+            object.__setattr__(self, "epsilon", float(self.epsilon))
+            if not self.epsilon > 0:
+                raise ConfigError(f"epsilon must be > 0 (inf: no noise), got {self.epsilon}")
+        if self.delta is not None and not 0.0 < float(self.delta) < 1.0:
+            raise ConfigError(f"delta must be in (0, 1), got {self.delta}")
+
+    def algorithm_options(self) -> dict[str, Any]:
+        """The run's algorithm options: ``run["algorithm"]["options"]`` with ``privacy``/``epsilon``/``delta``
+        (when set) on top."""
+        opts = dict(dict(self.run.get("algorithm", {}) or {}).get("options", {}) or {})
+        for key in ("privacy", "epsilon", "delta"):
+            value = getattr(self, key)
+            if value is not None:
+                opts[key] = value
+        return opts
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -170,7 +214,7 @@ def _applicability(cfg: AuditConfig, protocol: str) -> dict[str, str]:
         cfg.model,
         cfg.dataset,
         num_clients=cfg.clients,
-        options=dict(cfg.run.get("algorithm", {}).get("options", {})) or None,
+        options=cfg.algorithm_options() or None,
     )
     if problems:
         why = "the run itself cannot run: " + "; ".join(str(p) for p in problems)
@@ -178,7 +222,9 @@ def _applicability(cfg: AuditConfig, protocol: str) -> dict[str, str]:
     cls = get_algorithm(cfg.algorithm)
     for a in cfg.attacks:
         try:
-            if a in _UPDATE_ATTACKS:
+            if cfg.algorithm == "gap":
+                _gap_applicable(a)
+            elif a in _UPDATE_ATTACKS:
                 check_applicable(cfg.algorithm, ModelSpec(name=cfg.model))
             elif a in _MODEL_ATTACKS:
                 if cfg.algorithm not in MODEL_AVERAGING:
@@ -223,6 +269,44 @@ def _applicability(cfg: AuditConfig, protocol: str) -> dict[str, str]:
         except AttackNotApplicableError as exc:
             out[a] = str(exc)
     return out
+
+
+#: Why an attack does not apply to GAP (absent: it applies): its uploads are GAP's own encoder/classifier blocks
+#: (under node-level DP one DP-SGD step's clipped, noised gradient sum ``g.*``), its broadcast a flat dict of
+#: GAP's parts, not a FedAvg model of the run's architecture.
+_GAP_NOT_APPLICABLE = {
+    "gradient-inversion": "gradient inversion simulates FedAvg's local training of the run's GNN and reads its "
+    "'w.*' model blocks; GAP uploads its own encoder/classifier parts (under node-level DP a clipped, noised "
+    "DP-SGD gradient sum 'g.*' of the whole federation's step), which the inversion does not model",
+    "label": "iDLG label counts read the output bias of a FedAvg 'w.*' update of the run's GNN; GAP uploads its "
+    "own encoder/classifier parts (under node-level DP a clipped, noised DP-SGD gradient sum)",
+    "model-inconsistency": "model inconsistency crafts a FedAvg model of the run's architecture (a hidden ReLU "
+    "layer to switch off); GAP's broadcast is its own encoder/classifier, which the attack does not craft",
+    "malicious-model": "the imprint attack crafts a FedAvg model of the run's architecture and reads its 'w.*' "
+    "update; GAP's broadcast and uploads are its own encoder/classifier parts (not implemented for gap)",
+    "analytic-inversion": "the analytic first-layer inversion reads a FedAvg 'w.*' update of a two-layer mlp/gcn; "
+    "GAP uploads its own encoder/classifier parts (under node-level DP a clipped, noised gradient sum)",
+}
+
+
+def _gap_applicable(attack: str) -> None:
+    """Raise :class:`AttackNotApplicableError` for an attack the audit does not run on GAP.
+
+    The model attacks (link stealing, membership) query GAP's released model through its client half
+    (:func:`securefgl.attacks._audit_models._posteriors`); the statistics and structure attacks keep their own
+    refusals (GAP uploads no class statistics and delivers no multi-hop rows).
+    """
+    from securefgl.attacks.statistics_inversion import layout_for
+
+    if attack in _GAP_NOT_APPLICABLE:
+        raise AttackNotApplicableError(f"algorithm 'gap': {_GAP_NOT_APPLICABLE[attack]}")
+    if attack in _STAT_ATTACKS:
+        layout_for("gap")
+    elif attack in _STRUCTURE_ATTACKS:
+        raise AttackNotApplicableError(
+            "external-edge inference reads the multi-hop rows FedStruct's setup delivers to a client; "
+            "algorithm 'gap' delivers none"
+        )
 
 
 def _structure_applicable(cfg: AuditConfig) -> None:
@@ -271,6 +355,8 @@ def run_config(cfg: AuditConfig, protocol: str) -> Any:
         base["train"] = {"rounds": cfg.rounds, "eval_every": cfg.rounds}
     mapping = merge(base, {k: dict(v) if isinstance(v, Mapping) else v for k, v in cfg.run.items()})
     mapping["protocol"]["name"] = protocol
+    if alg_opts := cfg.algorithm_options():
+        mapping["algorithm"] = {**dict(mapping["algorithm"]), "options": alg_opts}
     if parse_protocol(protocol).dp:
         opts = dict(mapping["protocol"].get("options", {}))
         opts.setdefault("dp_min_contributors", max(1, cfg.clients - 1))

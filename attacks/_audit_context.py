@@ -113,6 +113,8 @@ class _Context:
                 ),
                 None,
             ),
+            # the algorithm's own privacy statement (e.g. GAP's node-/edge-level DP), SeedResult.report["privacy"]
+            "algorithm_privacy": (getattr(r.result, "report", None) or {}).get("privacy"),
         }
 
     def public(self) -> Any:

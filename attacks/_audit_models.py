@@ -12,18 +12,20 @@ from securefgl.errors import NothingToAttackError
 
 
 def _posteriors(ctx: _Context) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The released model's outputs on every client's graph, in global node order (the deployment)."""
-    from securefgl.attacks.gradient_inversion import model_forward
-    from securefgl.nn.registry import build_model
+    """The released model's outputs on every client's graph, in global node order (the deployment).
 
+    For ``gap`` the outputs come from GAP's own client half (:func:`_gap_outputs`); for the model-averaging
+    algorithms from the run's architecture loaded with the released parameters.
+    """
     fg = ctx.fg
     view = ctx.view("server") if "server" in ctx.cfg.views else ctx.view(ctx.cfg.views[0])
     params = view.public.released_model
     if not params:
         raise NothingToAttackError("the run released no model to query")
-    model = build_model(
-        ctx.run_cfg.model, fg.num_features, fg.num_classes, generator=torch.Generator().manual_seed(0)
-    )
+    if ctx.run_cfg.algorithm.name == "gap":
+        outputs = _gap_outputs(ctx, params)
+    else:
+        outputs = _model_outputs(ctx, params)
     n = fg.num_nodes
     logits = torch.zeros(n, fg.num_classes, dtype=torch.float64)
     labels = torch.zeros(n, dtype=torch.long)
@@ -32,16 +34,67 @@ def _posteriors(ctx: _Context) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor
     owner = torch.full((n,), -1, dtype=torch.long)
     for i, c in enumerate(fg.clients):
         gid = c.global_id.cpu()
-        with torch.no_grad():
-            out = model_forward(
-                model, {k: v.float() for k, v in params.items()}, c.x.float().cpu(), c.edge_index.cpu()
-            )
-        logits[gid] = out.to(torch.float64)
+        logits[gid] = outputs[i]
         labels[gid] = c.y.cpu()
         train[gid] = c.train_mask.cpu()
         test[gid] = c.test_mask.cpu() | c.val_mask.cpu()
         owner[gid] = i
     return logits, labels, train, test, owner
+
+
+def _model_outputs(ctx: _Context, params: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+    """Every client's logits from the run's architecture with the released parameters (FedAvg, FedProx)."""
+    from securefgl.attacks.gradient_inversion import model_forward
+    from securefgl.nn.registry import build_model
+
+    fg = ctx.fg
+    model = build_model(
+        ctx.run_cfg.model, fg.num_features, fg.num_classes, generator=torch.Generator().manual_seed(0)
+    )
+    weights = {k: v.float() for k, v in params.items()}
+    out = []
+    for c in fg.clients:
+        with torch.no_grad():
+            logits = model_forward(model, weights, c.x.float().cpu(), c.edge_index.cpu())
+        out.append(logits.to(torch.float64))
+    return out
+
+
+def _gap_outputs(ctx: _Context, params: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+    """Every client's logits from GAP's released model, computed by GAP's real client half.
+
+    GAP's broadcast is a flat dict of its parts (``encoder.*``, ``head.*``, ``bases.*``, ``out.*``) that the
+    run's architecture cannot load, and its predictions need each client's noisy aggregates
+    :math:`X^{(0..K)}`, which never leave the client. So the algorithm is rebuilt from the run's public
+    facts (:func:`~securefgl.engine.runner.make_setting`, the run's algorithm options) and every client
+    runs ``init_client`` then ``evaluate`` on the released parameters, in the classifier phase (the encoder
+    phase when ``hops == 0``: the DP-MLP).
+
+    The aggregates are recomputed here, not the deployment's own: each client bounds its degrees (node level)
+    and draws the aggregation noise afresh, from generators of the attack seed (degree sampling) and of GAP's
+    ``noise`` option (``"os"``: fresh OS randomness), at the **same scale** as the deployment (the plan's
+    ``aggregation_noise_std``, from the same public settings). The posteriors are therefore a statistically
+    equivalent draw of the released model's outputs, not a bit-for-bit copy of what the clients computed.
+    """
+    from securefgl.algorithms.base import Client, RoundState
+    from securefgl.algorithms.registry import create_algorithm
+    from securefgl.engine.runner import make_setting
+
+    fg, rc = ctx.fg, ctx.run_cfg
+    cpu = torch.device("cpu")
+    setting = make_setting(rc, fg, cpu)
+    alg: Any = create_algorithm(rc.algorithm.name, setting, rc.algorithm.options)
+    phase = "classifier" if alg.plan.hops > 0 else "encoder"
+    broadcast = {k: v.detach().cpu() for k, v in params.items()}
+    out = []
+    for i, data in enumerate(fg.clients):
+        client = Client(id=i, data=data.to(cpu), generator=torch.Generator().manual_seed(ctx.cfg.seed + i))
+        alg.init_client(client)
+        rs = RoundState(phase=phase, round=0, global_round=0, clients=(i,), broadcast=broadcast)
+        with torch.no_grad():
+            logits = alg.evaluate([client], broadcast, rs)[i]
+        out.append(logits.detach().cpu().to(torch.float64))
+    return out
 
 
 def _model_attack(ctx: _Context, name: str, kind: str) -> AttackOutcome:

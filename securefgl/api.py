@@ -28,7 +28,7 @@ from securefgl.engine.runner import RoundRecord, SeedResult, phase_rounds, run_s
 from securefgl.errors import ConfigError, SecureFGLError
 from securefgl.training.device import resolve_device
 
-__all__ = ["RunResult", "load_federated_graph", "run"]
+__all__ = ["RunResult", "load_federated_graph", "privacy_statement", "run"]
 
 
 @dataclass
@@ -61,15 +61,55 @@ class RunResult:
             raise ConfigError(f"unknown metric {name!r}; available: {', '.join(sorted(s))}")
         return s[name]["mean"], s[name]["std"]
 
+    @property
+    def privacy(self) -> dict[str, Any]:
+        """The run's privacy statement: ``unit``, ``epsilon``, ``delta``, ``accountant`` (and more).
+
+        Node- or edge-level from the algorithm's report (GAP), with the client-level guarantee of a ``+dp``
+        protocol under ``client_level`` when both apply; client-level alone for a ``+dp`` protocol; otherwise
+        ``{"unit": "none", "epsilon": None, ...}`` (no guarantee).
+        """
+        return privacy_statement(self.seeds, self.config.protocol.spec.dp)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "config": to_dict(self.config),
             "device": self.device,
             "graph": self.graph,
             "output_dir": str(self.output_dir) if self.output_dir else None,
+            "privacy": self.privacy,
             "summary": self.summary,
             "seeds": [s.to_dict() for s in self.seeds],
         }
+
+
+#: How a ``+dp`` protocol's client-level epsilon is computed (:mod:`securefgl.protocols.dp`).
+CLIENT_LEVEL_ACCOUNTANT = "distributed discrete Gaussian RDP (Kairouz et al. 2021), composed over rounds; RDP to (eps, delta) by opacus"
+
+
+def privacy_statement(seeds: Sequence[SeedResult], client_dp: bool) -> dict[str, Any]:
+    """The privacy object of a run's results (see :attr:`RunResult.privacy`); the largest epsilon over seeds."""
+    reported = [s.report["privacy"] for s in seeds if isinstance(s.report.get("privacy"), dict)]
+    client = None
+    if client_dp:
+        spent = [s.summary() for s in seeds]
+        eps = [x["dp_epsilon"] for x in spent if "dp_epsilon" in x]
+        client = {
+            "unit": "client",
+            "epsilon": max(eps) if eps else None,
+            "delta": next((x["dp_delta"] for x in spent if "dp_delta" in x), None),
+            "accountant": CLIENT_LEVEL_ACCOUNTANT,
+        }
+    if reported:
+        out = dict(reported[0])
+        eps = [r.get("epsilon") for r in reported]
+        out["epsilon"] = None if any(e is None for e in eps) else max(eps)
+        if client is not None:
+            out["client_level"] = client
+        return out
+    if client is not None:
+        return client
+    return {"unit": "none", "epsilon": None, "delta": None, "accountant": None}
 
 
 def load_federated_graph(config: RunConfig) -> Any:
@@ -205,6 +245,7 @@ def run(
             raise
     result = RunResult(cfg, done, str(device), graph, out_dir)
     if out_dir is not None:
+        extra["privacy"] = result.privacy
         write_results(out_dir, cfg, done, result.summary, extra=extra, plot=cfg.output.plot)
     return result
 

@@ -14,6 +14,7 @@ import securefgl.algorithms.baselines  # noqa: F401, E402
 import securefgl.algorithms.fedlog  # noqa: F401, E402
 import securefgl.algorithms.fedspray  # noqa: F401, E402
 import securefgl.algorithms.fedstruct  # noqa: F401, E402
+import securefgl.algorithms.gap  # noqa: F401, E402
 import securefgl.algorithms.opfgl  # noqa: F401, E402
 from securefgl.algorithms.base import (
     Algorithm,

@@ -26,6 +26,7 @@ NAMES: dict[str, tuple[str, ...]] = {
         "fedprox",
         "fedspray",
         "fedstruct",
+        "gap",
         "local",
         "opfgl",
     ),

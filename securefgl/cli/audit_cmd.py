@@ -38,7 +38,9 @@ def _attack_names() -> str:
 
 @app.command("audit")
 def audit_command(
-    algorithm: Annotated[str, typer.Option(help="Algorithm to audit.")] = "fedavg",
+    algorithm: Annotated[
+        str | None, typer.Option(help="Algorithm to audit. (default: fedavg; gap with --privacy)")
+    ] = None,
     model: Annotated[str, typer.Option(help="Model architecture.")] = "sgc",
     dataset: Annotated[str, typer.Option(help="Dataset (or csbm).")] = "Cora",
     clients: Annotated[int, typer.Option(help="Number of clients.")] = 10,
@@ -90,6 +92,20 @@ def audit_command(
             "--set", help="Any run setting as section.key=value (repeatable), e.g. train.optimizer=sgd."
         ),
     ] = None,
+    privacy: Annotated[
+        str | None,
+        typer.Option(
+            help="Audit GAP with differential privacy of this unit: node, edge or none (GAP without noise); "
+            "sets --algorithm gap."
+        ),
+    ] = None,
+    epsilon: Annotated[
+        float | None,
+        typer.Option(help="GAP's target epsilon of the run (inf: no noise). (default: GAP's, 8)"),
+    ] = None,
+    delta: Annotated[
+        float | None, typer.Option(help="GAP's target delta. (default: GAP's, 1/(10 N) for N nodes)")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
 ) -> None:
@@ -113,6 +129,7 @@ def _audit(o: dict[str, Any]) -> None:
         raise ConfigError(f"--threads must be >= 1, got {o['threads']}")
     if o["output"] is not None:
         check_output(o["output"])
+    o["algorithm"] = _algorithm(o)
     for kind, key in (("algorithm", "algorithm"), ("model", "model"), ("dataset", "dataset")):
         if (msg := unknown_name(kind, o[key])) is not None:
             raise ConfigError(f"--{key}: {msg}")
@@ -159,6 +176,9 @@ def _audit(o: dict[str, Any]) -> None:
         output=str(o["output"]) if o["output"] is not None else None,
         device=o["device"],
         progress=not (o["quiet"] or o["as_json"]),
+        privacy=o["privacy"],
+        epsilon=o["epsilon"],
+        delta=o["delta"],
     )
     with contextlib.redirect_stdout(sys.stderr):  # the audit's progress bars: stdout holds only the report
         result = audit(cfg)
@@ -166,6 +186,43 @@ def _audit(o: dict[str, Any]) -> None:
         typer.echo(result.to_json())
         return
     _print(result)
+
+
+def _algorithm(o: dict[str, Any]) -> str:
+    """``--algorithm``, or ``gap`` when ``--privacy``/``--epsilon``/``--delta`` ask for GAP's DP.
+
+    Raises:
+        ConfigError: a DP option with another algorithm (naming both).
+    """
+    given = [f"--{k} {o[k]}" for k in ("privacy", "epsilon", "delta") if o[k] is not None]
+    if not given:
+        return o["algorithm"] or "fedavg"
+    if o["algorithm"] not in (None, "gap"):
+        raise ConfigError(
+            f"{' '.join(given)} is differential privacy of algorithm gap (node-/edge-level DP); "
+            f"--algorithm {o['algorithm']} has no such option: drop --algorithm or use --algorithm gap"
+        )
+    return "gap"
+
+
+def _privacy_lines(result: Any) -> list[str]:
+    """One line per protocol whose run stated an algorithm-level privacy guarantee (GAP's)."""
+    out = []
+    for protocol, facts in result.runs.items():
+        st = facts.get("algorithm_privacy")
+        if not st:
+            continue
+        eps = st.get("epsilon")
+        if st.get("unit") == "none" or eps is None:
+            out.append(
+                f"privacy ({protocol}): no differential privacy (unit {st.get('unit')}, epsilon infinite)"
+            )
+            continue
+        out.append(
+            f"privacy ({protocol}): {st.get('unit')}-level DP, epsilon {eps:.3g} at delta {st.get('delta'):.3g} "
+            f"({st.get('accountant')}), noise multiplier {st.get('noise_multiplier', 0.0):.4g}"
+        )
+    return out
 
 
 def _print(result: Any) -> None:
@@ -190,5 +247,7 @@ def _print(result: Any) -> None:
         table.add_row(r["attack"], r["protocol"], r["view"], r["metric"], value, bl)
     console = stdout_console()  # logs and pipes get full rows
     console.print(table)
+    for line in _privacy_lines(result):
+        console.print(line)
     if result.output_dir is not None:
         console.print(f"report: {result.output_dir / 'summary.md'}")

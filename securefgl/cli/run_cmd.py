@@ -20,6 +20,7 @@ from securefgl.cli._app import app
 from securefgl.cli._names import names as _names
 from securefgl.cli._names import unknown_name
 from securefgl.cli._output import check_output, claim_output
+from securefgl.cli._privacy import privacy_lines, privacy_overrides
 from securefgl.cli._progress import RunTracker as _Tracker
 from securefgl.cli._progress import fmt_bytes as _fmt_bytes
 from securefgl.errors import ConfigError, SecureFGLError, UnsupportedCombinationError
@@ -157,6 +158,21 @@ def run_command(
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="No progress bar or table; one summary line.")
     ] = False,
+    privacy: Annotated[
+        str | None,
+        typer.Option(
+            help="Differential privacy of the people in the graph: 'node' or 'edge' (GAP: aggregation "
+            "perturbation + DP-SGD; --model mlp is DP-MLP) or 'client' (distributed DP in the secure sum, "
+            "DP-FedAvg). The guarantee, its accountant and assumptions are printed and saved. (default: none)"
+        ),
+    ] = None,
+    epsilon: Annotated[
+        float | None, typer.Option(help="Privacy budget of --privacy (inf: no noise). (default: 8)")
+    ] = None,
+    delta: Annotated[
+        float | None,
+        typer.Option(help="Delta of --privacy. (default: 1/(10 N) for node/edge, 1e-5 for client)"),
+    ] = None,
     as_json: Annotated[
         bool,
         typer.Option(
@@ -242,6 +258,13 @@ def _early_checks(opts: dict[str, Any]) -> None:
         _parse_seeds(opts["seeds"])
     if opts["output"] is not None:
         check_output(opts["output"])
+    privacy_overrides(
+        opts["privacy"],
+        opts["epsilon"],
+        opts["delta"],
+        algorithm=opts["algorithm"],
+        protocol=opts["protocol"],
+    )
     if opts["config"] is not None and not opts["config"].is_file():
         raise ConfigError(f"--config {str(opts['config'])!r} is not a file")
 
@@ -276,6 +299,17 @@ def _run(opts: dict[str, Any]) -> None:
         seeds=opts["seeds"],
         device=opts["device"],
         threads=opts["threads"],
+    )
+    overrides = merge(
+        overrides,
+        privacy_overrides(
+            opts["privacy"],
+            opts["epsilon"],
+            opts["delta"],
+            algorithm=opts["algorithm"],
+            protocol=opts["protocol"],
+            clients=opts["clients"],
+        ),
     )
     if opts["root"] is not None:
         overrides = merge(overrides, {"dataset": {"root": opts["root"]}})
@@ -335,6 +369,8 @@ def _run(opts: dict[str, Any]) -> None:
             f"test acc {100 * acc:.2f} ± {100 * acc_sd:.2f}  test F1 {100 * f1:.2f} ± {100 * f1_sd:.2f}"
             f"  results: {result.output_dir or '(not saved)'}"
         )
+        if result.privacy.get("unit", "none") != "none":
+            typer.echo(privacy_lines(result.privacy)[0])
     else:
         _print_table(result)
 
@@ -594,6 +630,8 @@ def _print_table(result: Any) -> None:
         overall.add_row(f"privacy spent: epsilon at delta {delta:g}", ms("dp_epsilon", 1.0))
     overall.add_row("device", result.device)
     console.print(overall)
+    for line in privacy_lines(result.privacy):
+        console.print(line, highlight=False, markup=False)
     if result.output_dir is not None:
         from securefgl.engine.results import result_files
 

@@ -14,6 +14,7 @@ FAST: dict[str, dict] = {
     "opfgl": {"condense_loops": 20, "max_iters": 20, "eval_every": 10, "patience": 2},
     "fedspray": {"proxy_dim": 8},
     "adafgl": {"epochs": 3, "hidden": 8},
+    "gap": {"noise": "insecure-seeded"},  # reproducible DP noise: the runs compared must draw the same
 }
 PARTITION = {"fedlog": "fedlog"}
 

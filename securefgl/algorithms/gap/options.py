@@ -1,0 +1,90 @@
+"""GAP's options (:class:`GAPOptions`, ``GAP.Options``)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+from securefgl.errors import ConfigError
+
+__all__ = ["GAPOptions", "PRIVACY_UNITS"]
+
+#: The privacy units GAP can protect (``"none"``: the same architecture without noise or clipping).
+PRIVACY_UNITS = ("node", "edge", "none")
+
+
+@dataclass(frozen=True)
+class GAPOptions:
+    """Options of :class:`~securefgl.algorithms.gap.GAP` (see its docstring for the method).
+
+    Args:
+        privacy: The protected unit: ``"node"`` (a node with its features, label and edges), ``"edge"`` or
+            ``"none"``. (default: ``"node"``)
+        epsilon: Target epsilon of the whole run; ``inf`` trains without noise or clipping (the non-private
+            reference of the same architecture). (default: ``8.0``)
+        delta: Target delta; ``None`` means ``1 / (10 N)`` for ``N`` nodes of the federation. (default: ``None``)
+        hops: Aggregation hops ``K``; ``None`` means the model's ``layers`` (0 for ``mlp``: DP-MLP).
+            (default: ``None``)
+        degree_bound: ``D``, the most neighbours a node keeps (node level). (default: ``10``)
+        sample_rate: Poisson sampling rate ``q`` of the training nodes in every DP-SGD step (node level); a
+            local epoch is ``ceil(1 / q)`` steps. (default: ``0.25``)
+        clip: Per-node gradient clipping norm ``C`` of DP-SGD (node level). (default: ``1.0``)
+        encoder_rounds: Rounds of the encoder phase; ``None`` means ``train.rounds``. (default: ``None``)
+        encoder_layers: Layers of the encoder MLP (each ``Linear`` + ReLU, width ``model.hidden``, the last
+            ``encoder_dim``); with ``hops=0`` the encoder and its head are the whole DP-MLP. (default: ``1``)
+        encoder_dim: Width of the encoder output and of every aggregate: the aggregation noise's norm grows with
+            its square root, so it is small. (default: ``16``)
+        param_bound: Public clip range of every uploaded parameter. (default: ``16.0``)
+        noise: Randomness of the DP noise: ``"os"`` (a generator seeded from ``os.urandom``) or
+            ``"insecure-seeded"`` (from the client's seeded generator: reproducible runs, for tests and
+            experiments only). (default: ``"os"``)
+    """
+
+    privacy: Literal["node", "edge", "none"] = "node"
+    epsilon: float = 8.0
+    delta: float | None = None
+    hops: int | None = None
+    degree_bound: int = 10
+    sample_rate: float = 0.25
+    clip: float = 1.0
+    encoder_rounds: int | None = None
+    encoder_layers: int = 1
+    encoder_dim: int = 16
+    param_bound: float = 16.0
+    noise: Literal["os", "insecure-seeded"] = "os"
+
+    def __post_init__(self) -> None:
+        where = "algorithm.options"
+        if self.privacy not in PRIVACY_UNITS:
+            raise ConfigError(
+                f"{where}.privacy: invalid value {self.privacy!r}; valid: {', '.join(PRIVACY_UNITS)}"
+            )
+        object.__setattr__(self, "epsilon", float(self.epsilon))
+        if not self.epsilon > 0 or math.isnan(self.epsilon):
+            raise ConfigError(f"{where}.epsilon must be > 0 (inf: no noise), got {self.epsilon}")
+        if self.delta is not None and not 0.0 < self.delta < 1.0:
+            raise ConfigError(f"{where}.delta must be in (0, 1) or none, got {self.delta}")
+        if self.hops is not None and self.hops < 0:
+            raise ConfigError(f"{where}.hops must be >= 0 or none, got {self.hops}")
+        if self.degree_bound < 1:
+            raise ConfigError(f"{where}.degree_bound must be >= 1, got {self.degree_bound}")
+        if not 0.0 < self.sample_rate <= 1.0:
+            raise ConfigError(f"{where}.sample_rate must be in (0, 1], got {self.sample_rate}")
+        if not self.clip > 0:
+            raise ConfigError(f"{where}.clip must be > 0, got {self.clip}")
+        if self.encoder_rounds is not None and self.encoder_rounds < 1:
+            raise ConfigError(f"{where}.encoder_rounds must be >= 1 or none, got {self.encoder_rounds}")
+        if self.encoder_layers < 1:
+            raise ConfigError(f"{where}.encoder_layers must be >= 1, got {self.encoder_layers}")
+        if self.encoder_dim < 1:
+            raise ConfigError(f"{where}.encoder_dim must be >= 1, got {self.encoder_dim}")
+        if not self.param_bound > 0:
+            raise ConfigError(f"{where}.param_bound must be > 0, got {self.param_bound}")
+        if self.noise not in ("os", "insecure-seeded"):
+            raise ConfigError(f"{where}.noise: invalid value {self.noise!r}; valid: 'os', 'insecure-seeded'")
+
+    @property
+    def private(self) -> bool:
+        """Whether noise and clipping are applied (a unit other than ``none`` and a finite epsilon)."""
+        return self.privacy != "none" and math.isfinite(self.epsilon)

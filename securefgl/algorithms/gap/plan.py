@@ -1,0 +1,129 @@
+r"""GAP's privacy plan: from public settings to the noise every client applies and the run's statement.
+
+Everything here is public (options, rounds, local epochs, the model, the number of nodes), so clients and server
+compute the same plan and nothing about a client's data enters it. Node level composes three parts (encoder
+DP-SGD, ``K`` aggregation hops, classifier DP-SGD) with one shared noise multiplier; edge level only the
+aggregation hops (features and labels are not edge data, so the encoder and classifier train without noise).
+Every client is counted as if it took part in every round (an upper bound under client sampling).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from securefgl.privacy.accounting import (
+    Mechanism,
+    PrivacyStatement,
+    calibrate_noise_multiplier,
+)
+from securefgl.privacy.aggregation import aggregation_sensitivity
+
+__all__ = ["GAPPlan", "make_plan", "resolve_hops"]
+
+
+def resolve_hops(options: Any, model_name: str, model_layers: int) -> int:
+    """``K``: the option, or the model's layers (0 for ``mlp``: the DP-MLP baseline)."""
+    if options.hops is not None:
+        return int(options.hops)
+    return 0 if model_name == "mlp" else int(model_layers)
+
+
+@dataclass(frozen=True)
+class GAPPlan:
+    """The public privacy plan of a GAP run.
+
+    Args:
+        hops: ``K``.
+        encoder_rounds: Rounds of the encoder phase.
+        classifier_rounds: Rounds of the classifier phase (0 when ``K = 0``).
+        noise_multiplier: ``z`` shared by all parts (0: no noise).
+        aggregation_noise_std: :math:`\\sigma = z \\Delta` of each hop's Gaussian noise.
+        noise_shares: ``m``: the clients whose noise shares make up one DP-SGD step's noise (node level).
+        gradient_noise_share_std: Each client's share :math:`z C / \\sqrt m` of a DP-SGD step's noise.
+        statement: The run's :class:`~securefgl.privacy.PrivacyStatement`.
+    """
+
+    hops: int
+    encoder_rounds: int
+    classifier_rounds: int
+    noise_multiplier: float
+    aggregation_noise_std: float
+    noise_shares: int
+    gradient_noise_share_std: float
+    statement: PrivacyStatement
+
+
+def _assumptions(options: Any, delta_default: bool, noise_shares: int) -> list[str]:
+    out = []
+    if options.privacy == "node":
+        out += [
+            f"degree bound D={options.degree_bound}: every node keeps at most D sampled neighbours; neighbouring "
+            "graphs differ in one node and its edges after bounding (as in GAP's analysis)",
+            f"DP-SGD: one step per round; Poisson sampling of each client's training nodes at rate "
+            f"q={options.sample_rate:g}, per-node gradient clipping at C={options.clip:g}; the step's noise is the "
+            f"sum of the shares of m={noise_shares} clients, released only inside the secure sum (a sum with fewer "
+            "shares is refused); against the server colluding with c clients the noise variance is (m - c) / m "
+            "of the stated one",
+            "not covered: the evaluation counts (correct/total per split) released for reporting; best-round "
+            "selection (train.select_best) reads them, the final model does not",
+        ]
+    else:
+        out += [
+            "edge adjacency: one undirected edge removed in both directions (aggregation sensitivity sqrt(2)); "
+            "node features and labels are not protected at this level",
+        ]
+    out += [
+        "each node belongs to one client; a client aggregates its own subgraph only (edges across clients are "
+        "not used), so one node's guarantee is its client's (parallel composition)",
+        "every client counted as taking part in every round (an upper bound under client sampling)",
+        "floating-point Gaussian noise",
+    ]
+    if delta_default:
+        out.append("delta = 1 / (10 N) for the N nodes of the federation")
+    return out
+
+
+def make_plan(
+    options: Any, *, model_name: str, model_layers: int, rounds: int, num_nodes: int, clients_per_round: int
+) -> GAPPlan:
+    """The plan of a run (noise calibrated to ``options.epsilon`` at ``options.delta``).
+
+    Under node-level DP every round is one federated DP-SGD step (local epochs do not apply); otherwise the
+    clients train ``train.local_epochs`` epochs per round without noise, as FedAvg.
+    """
+    hops = resolve_hops(options, model_name, model_layers)
+    enc_rounds = options.encoder_rounds if options.encoder_rounds is not None else rounds
+    cls_rounds = rounds if hops > 0 else 0
+    delta = options.delta if options.delta is not None else 1.0 / (10 * max(1, num_nodes))
+    shares = max(1, clients_per_round)
+    if options.privacy == "node":
+        parts = [
+            Mechanism("encoder DP-SGD", options.sample_rate, enc_rounds),
+            Mechanism("aggregation perturbation", 1.0, hops),
+            Mechanism("classifier DP-SGD", options.sample_rate, cls_rounds),
+        ]
+    else:
+        parts = [Mechanism("aggregation perturbation", 1.0, hops)]
+    if not options.private:
+        unit = options.privacy if options.privacy != "none" else "none"
+        statement = PrivacyStatement(
+            unit,
+            math.inf if hops or options.privacy == "node" else 0.0,
+            delta,
+            noise_multiplier=0.0,
+            assumptions=("no noise: epsilon infinite",),
+        )
+        return GAPPlan(hops, enc_rounds, cls_rounds, 0.0, 0.0, shares, 0.0, statement)
+    z = calibrate_noise_multiplier(options.epsilon, parts, delta)
+    statement = PrivacyStatement.build(
+        options.privacy,
+        parts,
+        noise_multiplier=z,
+        delta=delta,
+        assumptions=_assumptions(options, options.delta is None, shares),
+    )
+    std = z * aggregation_sensitivity(options.privacy, options.degree_bound) if hops else 0.0
+    share = z * options.clip / math.sqrt(shares) if options.privacy == "node" else 0.0
+    return GAPPlan(hops, enc_rounds, cls_rounds, z, std, shares, share, statement)

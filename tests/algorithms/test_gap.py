@@ -1,0 +1,129 @@
+"""GAP federated: node-/edge-level DP runs, the secure sum, the statement and the plan."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import securefgl
+from securefgl.algorithms.gap import GAPOptions, make_plan
+from securefgl.errors import ConfigError
+
+
+def _run(protocol: str = "plaintext", model: str = "gcn", **options):
+    return securefgl.run(
+        {
+            "dataset": {"name": "csbm", "csbm": {"num_nodes": 600, "num_classes": 3, "num_features": 12}},
+            "partition": {"clients": 4, "split": [0.5, 0.25, 0.25]},
+            "protocol": {"name": protocol},
+            "algorithm": {"name": "gap", "options": {"noise": "insecure-seeded", **options}},
+            "model": {"name": model, "hidden": 16},
+            "train": {"rounds": 6, "local_epochs": 2, "lr": 0.05, "eval_every": 3},
+            "output": {"save": False},
+            "threads": 1,
+        }
+    )
+
+
+@pytest.mark.parametrize("privacy", ["node", "edge"])
+def test_secagg_releases_the_same_model_as_plaintext(privacy: str) -> None:
+    plain = _run("plaintext", privacy=privacy, epsilon=4.0)
+    secure = _run("secagg", privacy=privacy, epsilon=4.0)
+    assert plain.seeds[0].summary()["test_acc"] == secure.seeds[0].summary()["test_acc"]
+    assert [r.metrics for r in plain.seeds[0].rounds] == [r.metrics for r in secure.seeds[0].rounds]
+
+
+def test_node_level_run_states_its_guarantee() -> None:
+    res = _run("secagg", privacy="node", epsilon=2.0, degree_bound=5)
+    p = res.privacy
+    assert p["unit"] == "node" and p["epsilon"] <= 2.0 and p["epsilon"] > 1.95
+    assert p["delta"] == pytest.approx(1 / 6000)
+    assert [m["name"] for m in p["mechanisms"]] == [
+        "encoder DP-SGD",
+        "aggregation perturbation",
+        "classifier DP-SGD",
+    ]
+    assert any("D=5" in a for a in p["assumptions"])
+    phases = [r.phase for r in res.seeds[0].rounds]
+    assert phases == ["encoder"] * 6 + ["classifier"] * 6
+    assert 0.0 <= res.metric("test_acc")[0] <= 1.0
+
+
+def test_node_level_uploads_no_count_and_needs_every_noise_share() -> None:
+    from securefgl.algorithms.base import RoundState, Setting
+    from securefgl.algorithms.registry import create_algorithm
+    from securefgl.config.train import TrainConfig
+    from securefgl.nn.registry import ModelSpec
+
+    setting = Setting(
+        12, 3, 4, 600, 200, ModelSpec("gcn", hidden=16), TrainConfig(rounds=5), max_clients_per_round=4
+    )
+    alg = create_algorithm("gap", setting, {"privacy": "node", "epsilon": 8.0})
+    server = alg.init_server(torch.Generator().manual_seed(0))
+    rs = RoundState("encoder", 0, 0, (0, 1, 2, 3), alg.initial_broadcast(server))
+    schema = alg.schema(rs)
+    names = [b.name for b in schema.blocks]
+    assert "n" not in names and all(n.startswith("g.encoder.") or n.startswith("g.head.") for n in names)
+    assert schema.min_contributors == 4
+
+
+def test_the_aggregates_are_computed_once_per_client() -> None:
+    from securefgl.algorithms.base import Client, RoundState, Setting
+    from securefgl.algorithms.registry import create_algorithm
+    from securefgl.config.train import TrainConfig
+    from securefgl.data import make_csbm
+    from securefgl.nn.registry import ModelSpec
+
+    data = make_csbm(num_nodes=100, num_classes=3, num_features=6, seed=0)
+    data.train_mask = torch.ones(100, dtype=torch.bool)
+    setting = Setting(
+        6, 3, 1, 100, 100, ModelSpec("gcn", hidden=8), TrainConfig(rounds=2), max_clients_per_round=1
+    )
+    alg = create_algorithm("gap", setting, {"privacy": "edge", "epsilon": 1.0})
+    client = Client(0, data, torch.Generator().manual_seed(0))
+    alg.init_client(client)
+    server = alg.init_server(torch.Generator().manual_seed(0))
+    rs = RoundState("classifier", 0, 0, (0,), alg.initial_broadcast(server))
+    first = alg.evaluate([client], rs.broadcast, rs)[0]
+    again = alg.evaluate([client], rs.broadcast, rs)[0]
+    assert torch.equal(first, again)  # no second noisy aggregation: the budget is spent once
+    assert len(client.state["gap"]["aggregates"]) == 3  # X0, X1, X2 (gcn: 2 layers -> 2 hops)
+
+
+def test_plan_units_and_baselines() -> None:
+    kw = {"model_layers": 2, "rounds": 10, "num_nodes": 1000, "clients_per_round": 10}
+    edge = make_plan(GAPOptions(privacy="edge", epsilon=1.0), model_name="gcn", **kw)
+    assert [m["name"] for m in edge.statement.mechanisms] == ["aggregation perturbation"]
+    assert edge.aggregation_noise_std == pytest.approx(edge.noise_multiplier * math.sqrt(2))
+    node = make_plan(GAPOptions(privacy="node", epsilon=1.0, degree_bound=4), model_name="gcn", **kw)
+    assert node.aggregation_noise_std == pytest.approx(node.noise_multiplier * 2.0)
+    assert node.gradient_noise_share_std == pytest.approx(node.noise_multiplier / math.sqrt(10))
+    dp_mlp = make_plan(GAPOptions(privacy="node", epsilon=1.0), model_name="mlp", **kw)
+    assert dp_mlp.hops == 0 and dp_mlp.classifier_rounds == 0
+    edge_mlp = make_plan(GAPOptions(privacy="edge", epsilon=1.0), model_name="mlp", **kw)
+    assert edge_mlp.statement.epsilon == 0.0  # an MLP never reads an edge
+    none = make_plan(GAPOptions(privacy="node", epsilon=math.inf), model_name="gcn", **kw)
+    assert none.noise_multiplier == 0.0 and none.statement.to_dict()["epsilon"] is None
+
+
+def test_dp_mlp_is_one_phase() -> None:
+    mlp = _run("plaintext", model="mlp", privacy="node", epsilon=8.0)
+    assert {r.phase for r in mlp.seeds[0].rounds} == {"encoder"}
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({"privacy": "people"}, "privacy"),
+        ({"epsilon": 0.0}, "epsilon"),
+        ({"delta": 1.0}, "delta"),
+        ({"degree_bound": 0}, "degree_bound"),
+        ({"sample_rate": 1.5}, "sample_rate"),
+        ({"noise": "urandom"}, "noise"),
+    ],
+)
+def test_bad_options_are_named(options: dict, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        GAPOptions(**options)
