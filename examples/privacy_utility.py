@@ -133,7 +133,8 @@ def report(folder: Path, plot: Path | None) -> str:
                     cells.append(f"{100 * m:.1f} ± {100 * s:.1f}")
                 else:
                     cells.append("")
-            n = len(next(iter(rows.values()))["seeds"])
+            counts = sorted({len(r["seeds"]) for r in rows.values()})
+            n = str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
             lines.append(f"| {d} | {method} | " + " | ".join(cells) + f" | {n} |")
     if plot is not None and records:
         _plot(records, datasets, plot)
