@@ -258,19 +258,20 @@ def _early_checks(opts: dict[str, Any]) -> None:
         _parse_seeds(opts["seeds"])
     if opts["output"] is not None:
         check_output(opts["output"])
-    privacy_overrides(
-        opts["privacy"],
-        opts["epsilon"],
-        opts["delta"],
-        algorithm=opts["algorithm"],
-        protocol=opts["protocol"],
-    )
     if opts["config"] is not None and not opts["config"].is_file():
         raise ConfigError(f"--config {str(opts['config'])!r} is not a file")
 
 
 def _run(opts: dict[str, Any]) -> None:
     _early_checks(opts)
+    privacy = privacy_overrides(  # checked here too: a bad --privacy is one line before any work
+        opts["privacy"],
+        opts["epsilon"],
+        opts["delta"],
+        algorithm=opts["algorithm"],
+        protocol=opts["protocol"],
+        clients=opts["clients"],
+    )
     from securefgl.config import load_run_config, merge, parse_overrides
 
     split = opts["split"]
@@ -300,17 +301,7 @@ def _run(opts: dict[str, Any]) -> None:
         device=opts["device"],
         threads=opts["threads"],
     )
-    overrides = merge(
-        overrides,
-        privacy_overrides(
-            opts["privacy"],
-            opts["epsilon"],
-            opts["delta"],
-            algorithm=opts["algorithm"],
-            protocol=opts["protocol"],
-            clients=opts["clients"],
-        ),
-    )
+    overrides = merge(overrides, privacy)
     if opts["root"] is not None:
         overrides = merge(overrides, {"dataset": {"root": opts["root"]}})
     if opts["set_"]:

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 
 from securefgl.algorithms.base import Broadcast, Client, RoundState, Setting
 from securefgl.algorithms.baselines.fedavg.schema import uses_delta
-from securefgl.algorithms.gap.model import GAPModel
+from securefgl.algorithms.gap.model import GAPModel, build_gap_model
 from securefgl.algorithms.gap.plan import GAPPlan
 from securefgl.algorithms.gap.schema import phase_params
 from securefgl.privacy import bound_degree, dp_gradient_sum, perturbed_aggregates, undirected_edges
@@ -60,15 +60,10 @@ class GAPClient:
         client.state["gap"] = {"edges": edges, "noise": torch.Generator().manual_seed(seed)}
 
     def _model(self, broadcast: Broadcast, device: torch.device) -> GAPModel:
-        model = GAPModel(
-            self.setting.num_features,
-            self.setting.num_classes,
-            hidden=self.setting.model.hidden,
-            hops=self.plan.hops,
-            encoder_layers=self.options.encoder_layers,
-            encoder_dim=self.options.encoder_dim,
-            dropout=self.setting.model.dropout,
-        ).to(device)
+        model = build_gap_model(
+            self.setting, self.options, self.plan.hops, dropout=self.setting.model.dropout
+        )
+        model = model.to(device)
         model.load_flat({n: v.to(device) for n, v in broadcast.items()})
         return model
 

@@ -12,12 +12,14 @@ how each phase picks what it trains and sums.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 
 from securefgl.nn._functional import dropout, init_parameters
 
-__all__ = ["ENCODER_PARTS", "CLASSIFIER_PARTS", "GAPModel", "part_names"]
+__all__ = ["ENCODER_PARTS", "CLASSIFIER_PARTS", "GAPModel", "build_gap_model", "part_names"]
 
 ENCODER_PARTS = ("encoder.", "head.")
 CLASSIFIER_PARTS = ("bases.", "out.")
@@ -123,6 +125,22 @@ class GAPModel(torch.nn.Module):
             if self.cls is not None:
                 for n, p in self.cls.named_parameters():
                     p.copy_(params[n])  # type: ignore[index]
+
+
+def build_gap_model(
+    setting: Any, options: Any, hops: int, *, dropout: float = 0.0, generator: torch.Generator | None = None
+) -> GAPModel:
+    """The run's GAP model (public ``setting`` and ``options``) on ``setting.device``."""
+    return GAPModel(
+        setting.num_features,
+        setting.num_classes,
+        hidden=setting.model.hidden,
+        hops=hops,
+        encoder_layers=options.encoder_layers,
+        encoder_dim=options.encoder_dim,
+        dropout=dropout,
+        generator=generator,
+    ).to(setting.device)
 
 
 def part_names(params: dict[str, Tensor] | object, parts: tuple[str, ...]) -> list[str]:

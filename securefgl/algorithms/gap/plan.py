@@ -107,13 +107,12 @@ def make_plan(
     else:
         parts = [Mechanism("aggregation perturbation", 1.0, hops)]
     if not options.private:
-        unit = options.privacy if options.privacy != "none" else "none"
         statement = PrivacyStatement(
-            unit,
+            options.privacy,
             math.inf if hops or options.privacy == "node" else 0.0,
             delta,
             noise_multiplier=0.0,
-            assumptions=("no noise: epsilon infinite",),
+            assumptions=("no noise and no clipping",),
         )
         return GAPPlan(hops, enc_rounds, cls_rounds, 0.0, 0.0, shares, 0.0, statement)
     z = calibrate_noise_multiplier(options.epsilon, parts, delta)

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from securefgl.algorithms.base import Broadcast, RoundState, Setting
-from securefgl.algorithms.gap.model import GAPModel
+from securefgl.algorithms.gap.model import GAPModel, build_gap_model
 from securefgl.algorithms.gap.plan import GAPPlan
 from securefgl.algorithms.gap.schema import phase_params
 from securefgl.protocols.base import Sums
@@ -39,15 +39,7 @@ class GAPServer:
     plan: GAPPlan
 
     def _fresh_model(self, generator: torch.Generator) -> GAPModel:
-        return GAPModel(
-            self.setting.num_features,
-            self.setting.num_classes,
-            hidden=self.setting.model.hidden,
-            hops=self.plan.hops,
-            encoder_layers=self.options.encoder_layers,
-            encoder_dim=self.options.encoder_dim,
-            generator=generator,
-        ).to(self.setting.device)
+        return build_gap_model(self.setting, self.options, self.plan.hops, generator=generator)
 
     def init_server(self, generator: torch.Generator) -> dict[str, Any]:
         return {"params": self._fresh_model(generator).flat_state()}
