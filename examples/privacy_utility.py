@@ -20,7 +20,8 @@ Usage::
     python examples/privacy_utility.py report results/privacy_utility   # table (markdown) and plot (PNG)
 
 ``run`` writes one JSON file per (dataset, method, epsilon) as soon as it finishes, and skips those already
-there, so an interrupted sweep resumes. Training: 50 rounds per phase, eval every 10 rounds, lr 0.02, 3 local
+there, so an interrupted sweep resumes; ``report`` pools the seeds of every JSON file under the folder
+(e.g. seeds 0-2 in one ``--out`` subfolder and 3-4 in another, run in parallel), each seed counted once. Training: 50 rounds per phase, eval every 10 rounds, lr 0.02, 3 local
 epochs for the runs without node-level DP (node-level DP makes each round one DP-SGD step).
 """
 
@@ -108,9 +109,23 @@ def _mean_std(xs: list[float]) -> tuple[float, float]:
     return m, math.sqrt(sum((x - m) ** 2 for x in xs) / len(xs))
 
 
+def _merge(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One record per (dataset, method, epsilon): the seeds of several runs (``--out`` subfolders) pooled,
+    each seed counted once."""
+    merged: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for r in records:
+        key = (r["dataset"], r["method"], r["epsilon"])
+        m = merged.setdefault(key, {**r, "seeds": [], "test_acc": []})
+        for seed, acc in zip(r["seeds"], r["test_acc"], strict=True):
+            if seed not in m["seeds"]:
+                m["seeds"].append(seed)
+                m["test_acc"].append(acc)
+    return list(merged.values())
+
+
 def report(folder: Path, plot: Path | None) -> str:
     """A markdown table (rows: dataset x method; columns: epsilon) and an optional plot."""
-    records = [json.loads(p.read_text(encoding="utf-8")) for p in sorted(folder.glob("*.json"))]
+    records = _merge([json.loads(p.read_text(encoding="utf-8")) for p in sorted(folder.rglob("*.json"))])
     datasets = list(dict.fromkeys(r["dataset"] for r in records))
     cols = ["1", "2", "4", "8", "inf"]
     lines = [

@@ -42,3 +42,12 @@ def test_the_table_and_plot_come_from_the_records(sweep, tmp_path: Path) -> None
     assert "| Cora | GAP node |  |  |  | 45.0 ± 5.0 |  | 2 |" in table
     assert "| Cora | GAP edge |  |  |  |  | 80.0 ± 10.0 | 2 |" in table
     assert (tmp_path / "plot.png").stat().st_size > 0
+
+
+def test_seeds_of_several_runs_are_pooled_once(sweep, tmp_path: Path) -> None:
+    for sub, seeds, accs in (("a", [0, 1], [0.4, 0.6]), ("b", [1, 2], [0.9, 0.5])):
+        (tmp_path / sub).mkdir()
+        record = {"dataset": "Cora", "method": "GAP node", "epsilon": 8.0, "seeds": seeds, "test_acc": accs}
+        (tmp_path / sub / "x.json").write_text(json.dumps(record), encoding="utf-8")
+    table = sweep.report(tmp_path, None)
+    assert "| Cora | GAP node |  |  |  | 50.0 ± 8.2 |  | 3 |" in table  # seed 1 from the first run only
