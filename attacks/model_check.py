@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from securefgl.attacks.imprint import imprint_layout
-from securefgl.errors import ConfigError, RequestRefusedError
+from securefgl.errors import ConfigError, SuspiciousModelError
 
 __all__ = [
     "BroadcastCheck",
@@ -36,10 +36,6 @@ __all__ = [
     "check_update_rule",
     "first_layer_sanity",
 ]
-
-
-class SuspiciousModelError(RequestRefusedError):
-    """A client refused the broadcast model: it breaks the update rule or fails the first-layer test."""
 
 
 @dataclass(frozen=True)

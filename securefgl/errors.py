@@ -29,6 +29,7 @@ __all__ = [
     "AttackNotApplicableError",
     "RequestRefusedError",
     "NothingToAttackError",
+    "SuspiciousModelError",
 ]
 
 
@@ -149,3 +150,7 @@ class NothingToAttackError(AttackNotApplicableError):
 
     Raised before the attack runs; reports show such a cell as "nothing to attack", never as a zero score.
     """
+
+
+class SuspiciousModelError(RequestRefusedError):
+    """A client refused the broadcast model: it breaks the update rule or fails the first-layer test."""

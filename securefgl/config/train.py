@@ -56,6 +56,10 @@ class TrainConfig:
             the protocol's threshold or DP's minimum contributors) is skipped and recorded, as FL servers
             tolerate failed rounds; this many consecutive aborted rounds end the run. ``1`` ends it at the
             first abort. (default: ``5``)
+        check_broadcast: Every client replays the algorithm's public server step on the released sums (from
+            the initialisation the public run seed gives) and refuses, with
+            :class:`~securefgl.errors.SuspiciousModelError`, a broadcast that differs: the defence against a
+            server that sends crafted models (:mod:`securefgl.engine.broadcast_check`). (default: ``False``)
     """
 
     rounds: int = 50
@@ -74,6 +78,7 @@ class TrainConfig:
     batched: bool = True
     epochs: int | None = None
     max_failed_rounds: int = 5
+    check_broadcast: bool = False
 
     def __post_init__(self) -> None:
         if self.rounds < 1:
@@ -100,6 +105,8 @@ class TrainConfig:
             raise ConfigError(f"train.patience must be >= 1 or none, got {self.patience}")
         if self.epochs is not None and self.epochs < 1:
             raise ConfigError(f"train.epochs must be >= 1 or none, got {self.epochs}")
+        if not isinstance(self.check_broadcast, bool):
+            raise ConfigError(f"train.check_broadcast must be true or false, got {self.check_broadcast!r}")
         if self.max_failed_rounds < 1:
             raise ConfigError(f"train.max_failed_rounds must be >= 1, got {self.max_failed_rounds}")
 

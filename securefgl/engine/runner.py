@@ -25,6 +25,7 @@ from securefgl.algorithms.base import Algorithm, Client, Phase, RoundState, Sett
 from securefgl.algorithms.registry import create_algorithm, get_algorithm
 from securefgl.config.run import RunConfig
 from securefgl.data.cross_edges import attach_cross_edges
+from securefgl.engine.broadcast_check import BroadcastVerifier
 from securefgl.engine.evaluation import EVAL_KEY, evaluation_contribution, evaluation_schema
 from securefgl.engine.hooks import (
     AggregateEvent,
@@ -60,6 +61,7 @@ __all__ = [
     "phase_rounds",
     "round_context",
     "run_seed",
+    "server_generator",
     "start_seed",
 ]
 
@@ -202,6 +204,11 @@ class _Run:
         self.eval_protocol: Protocol = inner if inner is not None else _plaintext()
         self.eval_schema = evaluation_schema(self.setting.count_bound, self.k_all)
         self.server = FederationServer(self.algorithm, state, broadcast, self.eval_schema, train.patience)
+        # The clients' replica of the public server step (train.check_broadcast), rebuilt from the seed alone.
+        self.verifier: BroadcastVerifier | None = None
+        if train.check_broadcast:
+            own_state = self.algorithm.init_server(server_generator(seed))
+            self.verifier = BroadcastVerifier(self.algorithm, own_state, self.eval_schema, train.patience)
         self.total = sum(phase_rounds(p, train, max_rounds) for p in self.phases)
         self.done = 0
         self.global_round = 0
@@ -213,11 +220,15 @@ class _Run:
         self.hooks.start(StartEvent(self.algorithm, tuple(self.phases), self.setting, self.seed))
         for phase in self.phases:
             self.server.start_phase(phase)
+            if self.verifier is not None:
+                self.verifier.start_phase(phase)
             if phase.kind == "local":
                 self._local_phase(phase)
             else:
                 self._rounds_phase(phase)
         self.result.report = {**self.server.report(), **self.result.report}
+        if self.verifier is not None:
+            self.result.report["broadcasts_checked"] = self.verifier.checked
 
     # ------------------------------------------------------------------ phases ---------------------------
 
@@ -230,6 +241,7 @@ class _Run:
             down = dict.fromkeys((c.id for c in clients), size)
             self.delivered = broadcast
         self.hooks.round_start(RoundStartEvent(phase.name, 0, 1, self.done, self.total))
+        self._verify(broadcast, f"phase {phase.name!r}")
         t0 = time.perf_counter()
         self.algorithm.personalize_clients(clients, broadcast, phase)
         ids = [c.id for c in clients]
@@ -340,6 +352,11 @@ class _Run:
         self.failed_in_a_row = 0
         return record, broadcast
 
+    def _verify(self, broadcast: Mapping[str, Any], where: str) -> None:
+        """The clients' check of what they are about to use (``train.check_broadcast``)."""
+        if self.verifier is not None:
+            self.verifier.verify(broadcast, where)
+
     def _finish(self, record: RoundRecord, broadcast: Mapping[str, torch.Tensor]) -> None:
         self.result.rounds.append(record)
         self.done += 1
@@ -360,6 +377,7 @@ class _Run:
                 bytes_down[cid] += size
         for c in invited:
             c.losses.clear()
+        self._verify(rs.broadcast, f"phase {rs.phase!r}, round {rs.round + 1}")
         t0 = time.perf_counter()
         outs = algorithm.client_steps(invited, rs)
         train_seconds = time.perf_counter() - t0
@@ -385,6 +403,8 @@ class _Run:
             t2 = time.perf_counter()
             self.server.step(server_sums, requests, rs)
             record.server_seconds = time.perf_counter() - t2
+            if self.verifier is not None:
+                self.verifier.step(server_sums, requests, rs)
         return record, self.server.broadcast
 
     def _sums(
@@ -497,6 +517,7 @@ class _Run:
         """
         t0 = time.perf_counter()
         algorithm, clients = self.algorithm, self.clients
+        self._verify(broadcast, f"evaluation of phase {rs.phase!r}, round {rs.round + 1}")
         scores = algorithm.evaluate(clients, broadcast, rs)
         per_client = []
         contribs: dict[int, Mapping[str, Any]] = {}
@@ -532,6 +553,8 @@ class _Run:
             record.eval_bytes_up[cid] = transcript.total_bytes_sent(cid)
             record.eval_bytes_down[cid] = transcript.total_bytes_received(cid)
         overall, improved = self.server.evaluated(sums, eval_rs, select=select)  # the sums and nothing else
+        if self.verifier is not None:
+            self.verifier.evaluated(sums, eval_rs, select=select)
         ev = EvalRecord(rs.phase, rs.round, overall, per_client)
         record.metrics = overall
         record.eval_seconds = time.perf_counter() - t0
@@ -623,14 +646,8 @@ def start_seed(
             of one, with a workspace and a batch generator of its own, so nothing on a client can reach
             another client. (default: ``False``)
     """
-    root = np.random.SeedSequence([seed, 0x5EC])
-    s_clients, s_server, s_sampling, s_work = root.spawn(4)
-
-    def torch_gen(ss: np.random.SeedSequence, dev: torch.device) -> torch.Generator:
-        g = torch.Generator(device=dev)
-        g.manual_seed(int(ss.generate_state(1, dtype=np.uint64)[0] >> np.uint64(1)))
-        return g
-
+    s_clients, s_server, s_sampling, s_work = _seed_streams(seed)
+    torch_gen = _torch_generator
     if isolated:
         workspaces = [{"generator": torch_gen(ss, device)} for ss in s_work.spawn(fg.num_clients)]
     else:
@@ -657,3 +674,20 @@ def start_seed(
         algorithm.init_client(c)
     server = algorithm.init_server(torch_gen(s_server, torch.device("cpu")))
     return clients, server, algorithm.initial_broadcast(server), np.random.default_rng(s_sampling)
+
+
+def _seed_streams(seed: int) -> list[np.random.SeedSequence]:
+    """The four streams of a seed: clients, server initialisation, client sampling, client workspaces."""
+    return np.random.SeedSequence([seed, 0x5EC]).spawn(4)
+
+
+def _torch_generator(ss: np.random.SeedSequence, device: torch.device) -> torch.Generator:
+    g = torch.Generator(device=device)
+    g.manual_seed(int(ss.generate_state(1, dtype=np.uint64)[0] >> np.uint64(1)))
+    return g
+
+
+def server_generator(seed: int) -> torch.Generator:
+    """The generator ``algorithm.init_server`` draws from: public, derived from the run seed alone, so any
+    party (a client replaying the server step) rebuilds the server's initial state."""
+    return _torch_generator(_seed_streams(seed)[1], torch.device("cpu"))
