@@ -151,6 +151,10 @@ def test_cli_ckks_and_dp_sections() -> None:
     assert isinstance(ckks["meets_1.1x"], bool) and ckks["key_setup_ms"] > 0
     (nbytes,) = sections["ckks-bytes"]
     assert nbytes["float32_B"] == 4000 and nbytes["ckks_up_B"] > nbytes["plaintext_up_B"] > 0
+    # The default key distribution: two key holders; the others get the (smaller) public context only.
+    assert nbytes["key_holders"] == 2
+    assert nbytes["key_down_other_B"] < nbytes["key_down_holder_B"] == nbytes["key_down_mean_all_holders_B"]
+    assert ckks["enc+add+dec_x_range"].count("-") == 1
     dp = sections["dp"]
     assert [r["protocol"] for r in dp] == ["plaintext", "secagg", "secagg+", "ckks"]
     assert all(r["noise_per_client_ms"] > 0 and r["epsilon(1 round, delta 1e-5)"] > 0 for r in dp)
