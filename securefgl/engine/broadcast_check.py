@@ -9,6 +9,14 @@ it is not the update of the last sum. What it does not stop: a server that craft
 the initialisation seed is not public (here it is: the run seed), and attacks that need no crafted model
 (inversion of an honest sum, :mod:`securefgl.attacks.analytic_inversion`).
 
+**What the check trusts: the released sums the clients replay.** In this engine the sums reach the clients
+from the protocol's release, not from the server's word. A server that deviates from SecAgg/SecAgg+ can also
+report a false sum (it computes the sum, and no client of these protocols can verify it), and for FedAvg any
+model is the server step of *some* sum: against such a server the check needs verifiable aggregation, which
+is not built. It is sound where the sum reaches the clients authentically: a client decryptor (CKKS, which
+can send the sum on its authenticated peer channels), an aggregation service run apart from the party that
+updates the model, or any protocol whose released sum the clients can check.
+
 Cost: one server step per round on each client (the server's own cost, small beside training) and the
 released sums on the downlink. In the simulation every client's replica is the same object's state (they
 would all compute the same thing), so one replica stands for all of them.
