@@ -16,12 +16,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from securefgl.algorithms.base import Algorithm, Client, RoundState, Setting
 from securefgl.algorithms.registry import create_algorithm
 from securefgl.config import RunConfig
 from securefgl.deploy.export import CROSS_KEYS, ClientFile
-from securefgl.deploy.parties import build_protocol, client_party
+from securefgl.deploy.parties import build_protocol, client_party, client_protocol_options
 from securefgl.deploy.seeding import client_generators
 from securefgl.deploy.wire import Reply, Request
 from securefgl.engine.evaluation import EVAL_KEY, evaluation_contribution, evaluation_schema
@@ -29,6 +30,7 @@ from securefgl.engine.metrics import client_metrics
 from securefgl.engine.runner import grid_rng, round_context
 from securefgl.errors import ConfigError, MalformedMessageError, NonFiniteError, SecureFGLError, TrainingError
 from securefgl.protocols.encoding import SumSchema
+from securefgl.protocols.secaggplus import IdentityDirectory
 
 __all__ = ["ClientHalf", "make_setting_from_facts"]
 
@@ -90,9 +92,27 @@ class ClientHalf:
     Args:
         file: The client's own data file.
         device: Where its tensors live. (default: CPU)
+        identity: The client's Ed25519 identity key (signs its advertised keys and, in the consistency round,
+            the survivor set). (default: none)
+        directory: Every client's identity public key, from this organisation's own configuration.
+            (default: none; the consistency round, ``adversary="semi-malicious"``, needs both)
     """
 
-    def __init__(self, file: ClientFile, device: torch.device | str = "cpu") -> None:
+    def __init__(
+        self,
+        file: ClientFile,
+        device: torch.device | str = "cpu",
+        *,
+        identity: Ed25519PrivateKey | None = None,
+        directory: IdentityDirectory | None = None,
+    ) -> None:
+        if (identity is None) != (directory is None):
+            raise ConfigError(
+                "a client's identity key and the identity directory go together: give both or neither"
+            )
+        if directory is not None and file.client_id not in directory:
+            raise ConfigError(f"the identity directory has no key for client {file.client_id}")
+        self.identity, self.directory = identity, directory
         self.file = file
         self.id = file.client_id
         self.device = torch.device(device)
@@ -172,7 +192,13 @@ class ClientHalf:
         algorithm.init_client(client)
         self.run, self.last_seq = req.run, req.seq
         self.config, self.algorithm, self.client = config, algorithm, client
-        self.protocol = build_protocol(config.protocol.spec.base, config.protocol.options)
+        protocol = build_protocol(config.protocol.spec.base, client_protocol_options(config.protocol.options))
+        if protocol.config.consistency and self.identity is None:
+            raise ConfigError(
+                f"the run asks for the consistency round (protocol adversary {protocol.config.adversary!r}), which "
+                f"needs identities: start client {self.id}'s worker with --identity-key and --identities"
+            )
+        self.protocol = protocol
         self.pending.clear()
         self.parties.clear()
         return {}
@@ -263,6 +289,8 @@ class ClientHalf:
                 pending.round_index,
                 pending.recipient,
                 pending.context,
+                identity=self.identity,
+                directory=self.directory,
             )
             self.parties[key] = party
         out = party.handle(bytes(req.body["payload"]))

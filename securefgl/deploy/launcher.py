@@ -23,7 +23,14 @@ from typing import Any
 
 import tomli_w
 
-from securefgl.deploy.pki import NodeKeys, TlsFiles, make_node_keys, make_tls
+from securefgl.deploy.pki import (
+    IdentityFiles,
+    NodeKeys,
+    TlsFiles,
+    make_identity_keys,
+    make_node_keys,
+    make_tls,
+)
 from securefgl.errors import SecureFGLError
 
 __all__ = ["DeploymentError", "LocalFederation", "free_port"]
@@ -89,6 +96,7 @@ class LocalFederation:
         self.port = free_port()
         self.tls: TlsFiles | None = None
         self.keys: dict[int, NodeKeys] = {}
+        self.identities: IdentityFiles | None = None
 
     # ------------------------------------------------------------------ processes ------------------------
 
@@ -126,6 +134,7 @@ class LocalFederation:
     def start(self) -> None:
         """Credentials, the SuperLink, key registration and every SuperNode."""
         self.tls = make_tls(self.workdir / "tls")
+        self.identities = make_identity_keys(self.workdir / "identities", self.n)
         env = self._env("superlink")
         env["SECUREFGL_DATA"] = ""  # the server holds no dataset
         link = self._spawn(
@@ -204,12 +213,24 @@ class LocalFederation:
                 str(sock),
                 "--watch-pid",
                 str(node.pid),
+                *self._identity_args(i),
             ],
             f"worker-{i}.log",
             self._env(f"node-{i}"),
         )
         self.nodes[i] = (node, worker)
         return node, worker
+
+    def _identity_args(self, i: int) -> list[str]:
+        """Client ``i``'s identity key and the directory, as its organisation would configure them."""
+        if self.identities is None or i not in self.identities.private:  # a node outside the federation
+            return []
+        return [
+            "--identity-key",
+            str(self.identities.private[i]),
+            "--identities",
+            str(self.identities.directory),
+        ]
 
     def restart_node(self, i: int, timeout: float = 240.0) -> None:
         """Start SuperNode ``i`` again after it died, with its registered key, retrying until admitted.
@@ -244,7 +265,18 @@ class LocalFederation:
     # ------------------------------------------------------------------ the run -------------------------
 
     def write_app(self, config: dict[str, Any], output_dir: Path, stage_timeout: float) -> Path:
-        """The Flower project ``flwr run`` submits (a pyproject.toml naming the apps and the run config)."""
+        """The Flower project ``flwr run`` submits (a pyproject.toml naming the apps and the run config).
+
+        The server's protocol options name the identity directory (the server verifies the clients'
+        signatures with it); each client reads the same directory from its own worker's configuration.
+        """
+        if self.identities is not None:
+            protocol = dict(config.get("protocol", {}))
+            protocol["options"] = {
+                **dict(protocol.get("options", {})),
+                "identities": str(self.identities.directory),
+            }
+            config = {**config, "protocol": protocol}
         return self.write_project(
             {
                 "serverapp": "securefgl.deploy.apps:server_app",

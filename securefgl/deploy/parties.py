@@ -7,6 +7,11 @@ from the same protocol object (same options), and carries the bytes they exchang
 
 Supported: ``secagg`` and ``secagg+`` (one implementation, :class:`~securefgl.protocols.secaggplus.SecAggPlus`).
 CKKS, ``plaintext`` and ``+dp`` are refused with :class:`~securefgl.errors.UnsupportedCombinationError`.
+
+Identities (SecAgg's PKI): the server party takes the directory of the protocol's ``identities`` option (the
+server's own configuration); a client party takes its own Ed25519 key and the directory *its* organisation
+configured (:func:`client_protocol_options` drops any identity option the server's run config carries, so the
+server cannot choose whose keys a client trusts).
 """
 
 from __future__ import annotations
@@ -14,16 +19,34 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
 from securefgl.errors import UnsupportedCombinationError
 from securefgl.protocols.base import Protocol, Sums
 from securefgl.protocols.encoding import SumSchema
 from securefgl.protocols.registry import get_protocol
-from securefgl.protocols.secaggplus import SecAggPlus
+from securefgl.protocols.secaggplus import IdentityDirectory, SecAggPlus
 
-__all__ = ["DEPLOYABLE_PROTOCOLS", "build_protocol", "client_party", "server_party", "server_result"]
+__all__ = [
+    "DEPLOYABLE_PROTOCOLS",
+    "IDENTITY_OPTIONS",
+    "build_protocol",
+    "client_party",
+    "client_protocol_options",
+    "server_party",
+    "server_result",
+]
 
 #: Protocol names a deployment carries.
 DEPLOYABLE_PROTOCOLS = ("secagg", "secagg+")
+
+#: Protocol options that name identities: a client takes them from its own configuration, never the server's.
+IDENTITY_OPTIONS = ("identities", "identity_keys")
+
+
+def client_protocol_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """The server's protocol options without :data:`IDENTITY_OPTIONS` (a client brings its own)."""
+    return {k: v for k, v in options.items() if k not in IDENTITY_OPTIONS}
 
 
 def build_protocol(name: str, options: Mapping[str, Any]) -> SecAggPlus:
@@ -53,6 +76,7 @@ def server_party(
         round_index=round_index,
         recipient=recipient,
         workers=protocol.workers,
+        directory=protocol.identities,
     )
 
 
@@ -69,8 +93,10 @@ def client_party(
     round_index: int,
     recipient: int | None,
     context: bytes,
+    identity: Ed25519PrivateKey | None = None,
+    directory: IdentityDirectory | None = None,
 ) -> Any:
-    """One client's party of one sum (keys and masks from the OS CSPRNG)."""
+    """One client's party of one sum (keys and masks from the OS CSPRNG), signing with ``identity``."""
     return protocol.client_class(
         client,
         schema,
@@ -80,4 +106,6 @@ def client_party(
         round_index=round_index,
         recipient=recipient,
         context=context,
+        identity=identity,
+        directory=directory,
     )

@@ -4,7 +4,11 @@
 run's folder): a self-signed CA, a server certificate for ``localhost``/``127.0.0.1`` signed by it (the
 SuperLink's Fleet and Control APIs), and one NIST P-384 key pair per SuperNode in OpenSSH format (Flower's
 SuperNode authentication: the SuperLink admits only the public keys registered with ``flwr supernode
-register``). A real federation uses its own PKI; these files are for trying a deployment on one machine.
+register``), and one Ed25519 *identity* key per client with the public directory of them all (SecAgg's
+PKI, :mod:`securefgl.protocols._identity`: clients sign their advertised keys and, under
+``adversary="semi-malicious"``, the survivor set of the consistency round; each client reads the directory
+from its own configuration, never from the server). A real federation uses its own PKI; these files are for
+trying a deployment on one machine.
 """
 
 from __future__ import annotations
@@ -17,9 +21,18 @@ from pathlib import Path
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.x509.oid import NameOID
 
-__all__ = ["NodeKeys", "TlsFiles", "make_node_keys", "make_tls"]
+__all__ = [
+    "IdentityFiles",
+    "NodeKeys",
+    "TlsFiles",
+    "load_identity_key",
+    "make_identity_keys",
+    "make_node_keys",
+    "make_tls",
+]
 
 
 @dataclass(frozen=True)
@@ -112,3 +125,53 @@ def make_node_keys(folder: Path, name: str) -> NodeKeys:
         key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
     )
     return keys
+
+
+@dataclass(frozen=True)
+class IdentityFiles:
+    """The clients' Ed25519 identity keys: one private PEM file each (mode 0600) and the public directory."""
+
+    directory: Path
+    private: dict[int, Path]
+
+
+def make_identity_keys(folder: Path, num_clients: int) -> IdentityFiles:
+    """Fresh identity keys for clients ``0 .. num_clients-1`` (OS CSPRNG) and their public directory file."""
+    from securefgl.protocols.secaggplus import IdentityDirectory
+
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    private: dict[int, Path] = {}
+    public: dict[int, bytes] = {}
+    for c in range(num_clients):
+        key = Ed25519PrivateKey.generate()
+        path = folder / f"identity-{c}.pem"
+        pem = key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+        _write_private(path, pem)
+        private[c] = path
+        public[c] = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    directory = folder / "identities.json"
+    IdentityDirectory(public).write(directory)
+    return IdentityFiles(directory, private)
+
+
+def load_identity_key(path: str | Path) -> Ed25519PrivateKey:
+    """A client's identity key from its PEM file.
+
+    Raises:
+        ConfigError: the file is missing, unreadable, or not an unencrypted Ed25519 private key.
+    """
+    from securefgl.errors import ConfigError
+
+    try:
+        key = serialization.load_pem_private_key(Path(path).read_bytes(), password=None)
+    except FileNotFoundError:
+        raise ConfigError(f"identity key file {str(path)!r} does not exist") from None
+    except (OSError, ValueError, TypeError) as exc:
+        raise ConfigError(
+            f"identity key file {str(path)!r} is not an unencrypted PEM private key: {exc}"
+        ) from None
+    if not isinstance(key, Ed25519PrivateKey):
+        raise ConfigError(f"identity key file {str(path)!r} holds a {type(key).__name__}, not an Ed25519 key")
+    return key

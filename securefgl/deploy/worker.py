@@ -84,15 +84,26 @@ def _peek(half: object, request: bytes) -> tuple[str, str]:
     return req.kind, str(req.body.get("stage", ""))
 
 
-def serve(data: str, path: str, device: str = "cpu") -> None:
-    """Load the client file and answer frames on the Unix socket ``path`` until killed."""
+def serve(
+    data: str,
+    path: str,
+    device: str = "cpu",
+    identity_key: str | None = None,
+    identities: str | None = None,
+) -> None:
+    """Load the client file (and its identity key and directory) and answer frames on the Unix socket
+    ``path`` until killed."""
     import torch
 
     from securefgl.deploy.client import ClientHalf
     from securefgl.deploy.export import load_client_file
+    from securefgl.deploy.pki import load_identity_key
+    from securefgl.protocols.secaggplus import IdentityDirectory
 
     torch.set_num_threads(1)
-    half = ClientHalf(load_client_file(data), device)
+    key = load_identity_key(identity_key) if identity_key else None
+    directory = IdentityDirectory.from_file(identities) if identities else None
+    half = ClientHalf(load_client_file(data), device, identity=key, directory=directory)
     if os.path.exists(path):
         os.unlink(path)
     srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -123,10 +134,18 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument(
         "--watch-pid", type=int, default=None, help="exit when this process (the SuperNode) is gone"
     )
+    p.add_argument(
+        "--identity-key", default=None, help="this client's Ed25519 identity key (PEM; SecAgg signatures)"
+    )
+    p.add_argument(
+        "--identities",
+        default=None,
+        help="the federation's identity directory (JSON of every client's public key), from your own configuration",
+    )
     args = p.parse_args(argv)
     if args.watch_pid is not None:
         threading.Thread(target=_watch, args=(args.watch_pid,), daemon=True).start()
-    serve(args.data, args.socket, args.device)
+    serve(args.data, args.socket, args.device, args.identity_key, args.identities)
 
 
 if __name__ == "__main__":
