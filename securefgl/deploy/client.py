@@ -23,11 +23,11 @@ from securefgl.algorithms.registry import create_algorithm
 from securefgl.config import RunConfig
 from securefgl.deploy.export import CROSS_KEYS, ClientFile
 from securefgl.deploy.parties import build_protocol, client_party, client_protocol_options
-from securefgl.deploy.seeding import client_generators
 from securefgl.deploy.wire import Reply, Request
 from securefgl.engine.evaluation import EVAL_KEY, evaluation_contribution, evaluation_schema
 from securefgl.engine.metrics import client_metrics
 from securefgl.engine.runner import grid_rng, round_context
+from securefgl.engine.seeding import client_generators
 from securefgl.errors import ConfigError, MalformedMessageError, NonFiniteError, SecureFGLError, TrainingError
 from securefgl.protocols.encoding import SumSchema
 from securefgl.protocols.secaggplus import IdentityDirectory

@@ -30,12 +30,12 @@ from securefgl.config import RunConfig, to_dict
 from securefgl.deploy.client import make_setting_from_facts
 from securefgl.deploy.export import Federation
 from securefgl.deploy.parties import build_protocol, server_party, server_result
-from securefgl.deploy.seeding import sampling_rng, server_generator
 from securefgl.deploy.wire import Reply, Request
 from securefgl.engine.evaluation import EVAL_KEY, evaluation_schema
 from securefgl.engine.hooks import EvaluateEvent, RoundEvent, RunHooks, StartEvent
 from securefgl.engine.records import EvalRecord, RoundRecord, SeedResult
 from securefgl.engine.runner import broadcast_nbytes, phase_rounds
+from securefgl.engine.seeding import sampling_rng, server_generator
 from securefgl.engine.server import FederationServer
 from securefgl.errors import (
     ConfigError,

@@ -37,6 +37,7 @@ from securefgl.engine.hooks import (
 )
 from securefgl.engine.metrics import client_metrics
 from securefgl.engine.records import EvalRecord, RoundRecord, SeedResult
+from securefgl.engine.seeding import seed_streams, server_generator, torch_generator
 from securefgl.engine.server import FederationServer
 from securefgl.errors import (
     ConfigError,
@@ -61,7 +62,6 @@ __all__ = [
     "phase_rounds",
     "round_context",
     "run_seed",
-    "server_generator",
     "start_seed",
 ]
 
@@ -646,8 +646,8 @@ def start_seed(
             of one, with a workspace and a batch generator of its own, so nothing on a client can reach
             another client. (default: ``False``)
     """
-    s_clients, s_server, s_sampling, s_work = _seed_streams(seed)
-    torch_gen = _torch_generator
+    s_clients, s_server, s_sampling, s_work = seed_streams(seed)
+    torch_gen = torch_generator
     if isolated:
         workspaces = [{"generator": torch_gen(ss, device)} for ss in s_work.spawn(fg.num_clients)]
     else:
@@ -674,20 +674,3 @@ def start_seed(
         algorithm.init_client(c)
     server = algorithm.init_server(torch_gen(s_server, torch.device("cpu")))
     return clients, server, algorithm.initial_broadcast(server), np.random.default_rng(s_sampling)
-
-
-def _seed_streams(seed: int) -> list[np.random.SeedSequence]:
-    """The four streams of a seed: clients, server initialisation, client sampling, client workspaces."""
-    return np.random.SeedSequence([seed, 0x5EC]).spawn(4)
-
-
-def _torch_generator(ss: np.random.SeedSequence, device: torch.device) -> torch.Generator:
-    g = torch.Generator(device=device)
-    g.manual_seed(int(ss.generate_state(1, dtype=np.uint64)[0] >> np.uint64(1)))
-    return g
-
-
-def server_generator(seed: int) -> torch.Generator:
-    """The generator ``algorithm.init_server`` draws from: public, derived from the run seed alone, so any
-    party (a client replaying the server step) rebuilds the server's initial state."""
-    return _torch_generator(_seed_streams(seed)[1], torch.device("cpu"))
