@@ -71,7 +71,7 @@ import dataclasses
 import hashlib
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -612,14 +612,8 @@ class DistributedDP(Protocol):
             PrivacyBudgetError: the round would exceed a target-epsilon budget.
             Whatever the inner protocol raises (e.g. ``ThresholdError`` when too few survive).
         """
+        self.before_sum(schema, len(contributions), round_index)
         plan = self._plan(schema)
-        if len(contributions) < self.min_contributors:
-            raise ReleaseRefusedError(
-                f"{len(contributions)} invited client(s) < min_contributors={self.min_contributors}: a sum "
-                "of so few noise shares would not carry the configured noise; nothing was sent",
-                phase="dp",
-            )
-        self._check_budget(plan, round_index)
         self._calls += 1
         noised: dict[int, Any] = {}
         seconds: dict[int, float] = {}
@@ -635,20 +629,50 @@ class DistributedDP(Protocol):
             recipient=recipient,
             context=context,
         )
-        # Account: the release happened (the inner protocol raises otherwise).
-        led = self._ledger
-        led.rounds_q1[round_index] = led.rounds_q1.get(round_index, 0) + plan.round_rdp_q1
-        led.rounds_int[round_index] = led.rounds_int.get(round_index, 0) + plan.round_rdp_int
-        for cid in transcript.survivors or tuple(contributions):
-            led.clients_q1[int(cid)] = led.clients_q1.get(int(cid), 0) + plan.round_rdp_q1
-        report = self._report(plan, self._inner_threshold(len(contributions)))
+        released, report = self.after_sum(
+            schema, sums, transcript.survivors or tuple(contributions), len(contributions), round_index
+        )
         for cid, s in seconds.items():
             transcript.add_time("dp_noise", s, party=cid)
         transcript.protocol = self.label
         transcript.extra["privacy"] = report.to_dict()
         for n in plan.dp_names:
             transcript.clip_counts.pop(n, None)
-        return self._outer_sums(schema, plan, sums, report), transcript
+        return released, transcript
+
+    # -- the server's halves of one sum (a deployment drives the inner protocol's parties itself) ---------
+
+    def inner_schema(self, schema: SumSchema) -> SumSchema:
+        """The schema the inner protocol sums: the dp blocks as integers on their noise grid."""
+        return self._plan(schema).inner
+
+    def before_sum(self, schema: SumSchema, invited: int, round_index: int) -> None:
+        """The server's checks before a sum of ``invited`` clients' noised contributions is started.
+
+        Raises:
+            ReleaseRefusedError: fewer invited clients than ``min_contributors`` (nothing is sent).
+            PrivacyBudgetError: the round would exceed a target-epsilon budget.
+        """
+        if invited < self.min_contributors:
+            raise ReleaseRefusedError(
+                f"{invited} invited client(s) < min_contributors={self.min_contributors}: a sum "
+                "of so few noise shares would not carry the configured noise; nothing was sent",
+                phase="dp",
+            )
+        self._check_budget(self._plan(schema), round_index)
+
+    def after_sum(
+        self, schema: SumSchema, sums: Sums, survivors: Sequence[int], invited: int, round_index: int
+    ) -> tuple[PrivateSums, PrivacyReport]:
+        """Account the released inner sum of ``survivors`` and turn it into the outer schema's sums."""
+        plan = self._plan(schema)
+        led = self._ledger
+        led.rounds_q1[round_index] = led.rounds_q1.get(round_index, 0) + plan.round_rdp_q1
+        led.rounds_int[round_index] = led.rounds_int.get(round_index, 0) + plan.round_rdp_int
+        for cid in survivors:
+            led.clients_q1[int(cid)] = led.clients_q1.get(int(cid), 0) + plan.round_rdp_q1
+        report = self._report(plan, self._inner_threshold(invited))
+        return self._outer_sums(schema, plan, sums, report), report
 
     def _inner_threshold(self, n: int) -> int | None:
         """The Shamir threshold of a masking inner protocol (SecAgg, SecAgg+) for ``n`` clients."""

@@ -61,7 +61,12 @@ def deploy_command(
     clients: Annotated[
         int | None, typer.Option(help="Clients, one SuperNode each. (default: the config's)")
     ] = None,
-    protocol: Annotated[str | None, typer.Option(help="secagg or secagg+. (default: secagg)")] = None,
+    protocol: Annotated[
+        str | None,
+        typer.Option(
+            help="secagg or secagg+, optionally with +dp (client-level distributed DP). (default: secagg)"
+        ),
+    ] = None,
     algorithm: Annotated[str | None, typer.Option(help="Algorithm. (default: fedavg)")] = None,
     dataset: Annotated[str | None, typer.Option(help="Dataset. (default: csbm)")] = None,
     rounds: Annotated[int | None, typer.Option(help="Rounds. (default: the config's)")] = None,

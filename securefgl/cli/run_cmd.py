@@ -388,12 +388,12 @@ def _check_protocol(cfg: Any) -> None:
     """Build the run's protocol now, so that bad protocol or DP options are one line before any progress
     bar, and refuse a dropout rate that leaves fewer clients than it needs in every round."""
     from securefgl.algorithms.registry import get_algorithm
-    from securefgl.engine.runner import _build_protocol
+    from securefgl.engine.runner import build_run_protocol
 
     if not get_algorithm(cfg.algorithm.name).uses_protocol:
         return
     per_round = cfg.train.clients_in_round(cfg.partition.clients)
-    protocol = _build_protocol(cfg, per_round, cfg.partition.clients)  # what the run will build
+    protocol = build_run_protocol(cfg, per_round, cfg.partition.clients)  # what the run will build
     rate = float(cfg.protocol.dropout)
     if rate <= 0:
         return

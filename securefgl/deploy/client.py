@@ -22,13 +22,14 @@ from securefgl.algorithms.base import Algorithm, Client, RoundState, Setting
 from securefgl.algorithms.registry import create_algorithm
 from securefgl.config import RunConfig
 from securefgl.deploy.export import CROSS_KEYS, ClientFile
-from securefgl.deploy.parties import build_protocol, client_party, client_protocol_options
+from securefgl.deploy.parties import client_party, deployed_protocol, masking
 from securefgl.deploy.wire import Reply, Request
 from securefgl.engine.evaluation import EVAL_KEY, evaluation_contribution, evaluation_schema
 from securefgl.engine.metrics import client_metrics
 from securefgl.engine.runner import grid_rng, round_context
 from securefgl.engine.seeding import client_generators
 from securefgl.errors import ConfigError, MalformedMessageError, NonFiniteError, SecureFGLError, TrainingError
+from securefgl.protocols.dp import DistributedDP
 from securefgl.protocols.encoding import SumSchema
 from securefgl.protocols.secaggplus import IdentityDirectory
 
@@ -192,10 +193,11 @@ class ClientHalf:
         algorithm.init_client(client)
         self.run, self.last_seq = req.run, req.seq
         self.config, self.algorithm, self.client = config, algorithm, client
-        protocol = build_protocol(config.protocol.spec.base, client_protocol_options(config.protocol.options))
-        if protocol.config.consistency and self.identity is None:
+        protocol = deployed_protocol(config, fed.num_clients, client_side=True)
+        masker = masking(protocol)
+        if masker.config.consistency and self.identity is None:
             raise ConfigError(
-                f"the run asks for the consistency round (protocol adversary {protocol.config.adversary!r}), which "
+                f"the run asks for the consistency round (protocol adversary {masker.config.adversary!r}), which "
                 f"needs identities: start client {self.id}'s worker with --identity-key and --identities"
             )
         self.protocol = protocol
@@ -281,11 +283,18 @@ class ClientHalf:
             pending = self.pending.pop(key, None)
             if pending is None:
                 raise MalformedMessageError(f"client {self.id} holds no contribution for sum {key!r}")
+            schema, contribution = pending.schema, pending.contribution
+            if isinstance(self.protocol, DistributedDP) and key != EVAL_KEY:
+                # This client's own noise share, from its own OS randomness, before its masking party starts.
+                contribution = self.protocol.privatize(
+                    schema, contribution, client=self.id, round_index=pending.round_index
+                )
+                schema = self.protocol.inner_schema(schema)
             party = client_party(
-                self.protocol,
+                masking(self.protocol),
                 self.id,
-                pending.schema,
-                pending.contribution,
+                schema,
+                contribution,
                 pending.round_index,
                 pending.recipient,
                 pending.context,

@@ -5,8 +5,11 @@ party and every client party in one process and wires them with the in-process r
 each party where it lives: :func:`server_party` in the ServerApp, :func:`client_party` in one client's process,
 from the same protocol object (same options), and carries the bytes they exchange in Flower messages.
 
-Supported: ``secagg`` and ``secagg+`` (one implementation, :class:`~securefgl.protocols.secaggplus.SecAggPlus`).
-CKKS, ``plaintext`` and ``+dp`` are refused with :class:`~securefgl.errors.UnsupportedCombinationError`.
+Supported: ``secagg`` and ``secagg+`` (one implementation, :class:`~securefgl.protocols.secaggplus.SecAggPlus`),
+each with ``+dp``: every client noises its own contribution (:meth:`DistributedDP.privatize`, its own OS
+randomness) before its masking party starts, and the server runs the wrapper's checks and accounting around the
+sum (:meth:`DistributedDP.before_sum`, :meth:`DistributedDP.after_sum`). CKKS and ``plaintext`` are refused with
+:class:`~securefgl.errors.UnsupportedCombinationError`.
 
 Identities (SecAgg's PKI): the server party takes the directory of the protocol's ``identities`` option (the
 server's own configuration); a client party takes its own Ed25519 key and the directory *its* organisation
@@ -16,13 +19,16 @@ server cannot choose whose keys a client trusts).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from securefgl.config import RunConfig
 from securefgl.errors import UnsupportedCombinationError
 from securefgl.protocols.base import Protocol, Sums
+from securefgl.protocols.dp import DistributedDP
 from securefgl.protocols.encoding import SumSchema
 from securefgl.protocols.registry import get_protocol
 from securefgl.protocols.secaggplus import IdentityDirectory, SecAggPlus
@@ -33,6 +39,8 @@ __all__ = [
     "build_protocol",
     "client_party",
     "client_protocol_options",
+    "deployed_protocol",
+    "masking",
     "server_party",
     "server_result",
 ]
@@ -50,18 +58,46 @@ def client_protocol_options(options: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def build_protocol(name: str, options: Mapping[str, Any]) -> SecAggPlus:
-    """The protocol object both sides build from the run config (record_views off: no transcript here).
+    """The masking protocol both sides build from the run config (record_views off: no transcript here).
 
     Raises:
         UnsupportedCombinationError: ``name`` is not one of :data:`DEPLOYABLE_PROTOCOLS`.
     """
     if name not in DEPLOYABLE_PROTOCOLS:
         raise UnsupportedCombinationError(
-            f"protocol {name!r} cannot be deployed yet; valid for a deployment: {', '.join(DEPLOYABLE_PROTOCOLS)}"
+            f"protocol {name!r} cannot be deployed yet; valid for a deployment: "
+            f"{', '.join(DEPLOYABLE_PROTOCOLS)}, each optionally with +dp"
         )
     protocol: Protocol = get_protocol(name, **{**dict(options), "record_views": False})
     assert isinstance(protocol, SecAggPlus)
     return protocol
+
+
+def deployed_protocol(config: RunConfig, num_clients: int, *, client_side: bool = False) -> Protocol:
+    """The run's protocol as the simulation builds it (:func:`~securefgl.engine.runner.build_run_protocol`):
+    :class:`SecAggPlus`, or :class:`~securefgl.protocols.dp.DistributedDP` around it for ``+dp``.
+
+    ``client_side`` drops the identity options of the server's config (a client brings its own).
+
+    Raises:
+        UnsupportedCombinationError: the base protocol is not one of :data:`DEPLOYABLE_PROTOCOLS`.
+    """
+    from securefgl.engine.runner import build_run_protocol
+
+    build_protocol(config.protocol.spec.base, {})  # refuse an undeployable base with the deployment's message
+    options = dict(config.protocol.options)
+    if client_side:
+        options = client_protocol_options(options)
+    options["record_views"] = False
+    cfg = dataclasses.replace(config, protocol=dataclasses.replace(config.protocol, options=options))
+    return build_run_protocol(cfg, config.train.clients_in_round(num_clients), num_clients)
+
+
+def masking(protocol: Protocol) -> SecAggPlus:
+    """The masking protocol whose parties carry the sum (the inner one of a ``+dp`` protocol)."""
+    inner = protocol.base if isinstance(protocol, DistributedDP) else protocol
+    assert isinstance(inner, SecAggPlus)
+    return inner
 
 
 def server_party(

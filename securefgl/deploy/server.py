@@ -29,7 +29,7 @@ from securefgl.algorithms.registry import create_algorithm
 from securefgl.config import RunConfig, to_dict
 from securefgl.deploy.client import make_setting_from_facts
 from securefgl.deploy.export import Federation
-from securefgl.deploy.parties import build_protocol, server_party, server_result
+from securefgl.deploy.parties import deployed_protocol, masking, server_party, server_result
 from securefgl.deploy.wire import Reply, Request
 from securefgl.engine.evaluation import EVAL_KEY, evaluation_schema
 from securefgl.engine.hooks import EvaluateEvent, RoundEvent, RunHooks, StartEvent
@@ -46,6 +46,7 @@ from securefgl.errors import (
     UnsupportedCombinationError,
 )
 from securefgl.protocols.base import Sums
+from securefgl.protocols.dp import DistributedDP
 from securefgl.protocols.encoding import SumSchema
 
 __all__ = ["DeployedRun", "LoopbackTransport", "Transport"]
@@ -217,9 +218,7 @@ class DeployedRun:
         self.per_round = cfg.train.clients_in_round(self.k_all)
         self.setting = make_setting_from_facts(cfg, fed, torch.device("cpu"))
         self.algorithm: Algorithm = create_algorithm(cfg.algorithm.name, self.setting, cfg.algorithm.options)
-        self.protocol = build_protocol(cfg.protocol.spec.base, cfg.protocol.options)
-        if cfg.protocol.spec.dp:
-            raise ConfigError("a deployment does not carry '+dp' protocols yet; valid: secagg, secagg+")
+        self.protocol = deployed_protocol(cfg, fed.num_clients)
         state = self.algorithm.init_server(server_generator(self.seed))
         self.sampling = sampling_rng(self.seed)
         self.eval_schema = evaluation_schema(self.setting.count_bound, self.k_all)
@@ -388,7 +387,18 @@ class DeployedRun:
         down = record.bytes_down if down is None else down
         if not participants:
             raise ThresholdError(f"no client of the round is left to sum {key!r}")
-        party = server_party(self.protocol, schema, participants, round_index, recipient)
+        # +dp: the wrapper's checks and accounting around the masking sum (the evaluation counts carry no noise).
+        dp = self.protocol if isinstance(self.protocol, DistributedDP) and key != EVAL_KEY else None
+        summed = schema
+        if dp is not None:
+            if recipient is not None:
+                raise UnsupportedCombinationError(
+                    f"sum {key!r} goes to client {recipient} (a designated-recipient sum); a deployment does not "
+                    "carry those under +dp yet"
+                )
+            dp.before_sum(schema, len(participants), round_index)
+            summed = dp.inner_schema(schema)
+        party = server_party(masking(self.protocol), summed, participants, round_index, recipient)
         outgoing = party.start()
         first = True
         while outgoing is not None:
@@ -416,7 +426,11 @@ class DeployedRun:
                 raise
         for c, why in party.state.excluded.items():
             record.excluded.setdefault(c, why)
-        return server_result(party)
+        result = server_result(party)
+        if dp is not None and result is not None:
+            result, report = dp.after_sum(schema, result, party.state.u3, len(participants), round_index)
+            record.privacy = report.to_dict()
+        return result
 
     # ------------------------------------------------------------------ evaluation -----------------------
 

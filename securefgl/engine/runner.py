@@ -57,6 +57,7 @@ __all__ = [
     "RoundRecord",
     "SeedResult",
     "broadcast_nbytes",
+    "build_run_protocol",
     "grid_rng",
     "make_setting",
     "phase_rounds",
@@ -196,7 +197,7 @@ class _Run:
         self.phases = list(self.algorithm.phases(train))
         self.protocol: Protocol | None = None
         if self.algorithm.uses_protocol:
-            self.protocol = _build_protocol(config, self.per_round, self.k_all)
+            self.protocol = build_run_protocol(config, self.per_round, self.k_all)
         self.clients, state, broadcast, self.sampling_rng = start_seed(self.algorithm, fg, seed, device)
         # Evaluation sums: the run's protocol without DP noise (no block of it is noised); an algorithm that
         # never communicates has no server, and its experimenter sums the counts in plaintext.
@@ -568,7 +569,7 @@ def _plaintext() -> Protocol:
     return get_protocol("plaintext")
 
 
-def _build_protocol(config: RunConfig, per_round: int, k_all: int) -> Protocol:
+def build_run_protocol(config: RunConfig, per_round: int, k_all: int) -> Protocol:
     """The run's protocol; a ``+dp`` target epsilon lasts ``train.rounds`` rounds unless told otherwise."""
     from securefgl.protocols.registry import get_protocol
 

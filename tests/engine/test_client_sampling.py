@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import securefgl
 from securefgl.config import RunConfig, build
-from securefgl.engine.runner import _build_protocol
+from securefgl.engine.runner import build_run_protocol
 
 
 def _config(sampling: str, protocol: str = "plaintext", rounds: int = 12) -> dict:
@@ -55,7 +55,7 @@ def test_poisson_cohorts_vary_in_size_and_repeat_with_the_seed():
 def test_dp_accountant_amplifies_only_for_the_clients_own_coins():
     fixed = build(RunConfig, _config("fixed", "secagg+dp"))
     poisson = build(RunConfig, _config("poisson", "secagg+dp"))
-    dp_fixed, dp_poisson = _build_protocol(fixed, 3, 6), _build_protocol(poisson, 3, 6)
+    dp_fixed, dp_poisson = build_run_protocol(fixed, 3, 6), build_run_protocol(poisson, 3, 6)
     assert dp_fixed.sampler == "server" and dp_poisson.sampler == "poisson"
     assert dp_fixed.accounting_rate == 1.0  # a cohort the server draws is never reported as amplified
     assert dp_poisson.accounting_rate == 0.5
