@@ -267,6 +267,18 @@ class PlainClient:
         self.stage = "done"
         return None
 
+    @property
+    def result(self) -> Sums | None:
+        """The delivered sum after the release rules (designated recipient), or ``None`` before delivery."""
+        got = self.received
+        if got is None:
+            return None
+        clips = dict(zip(self.schema.names, (int(k) for k in got.clip_counts), strict=True))
+        n = len(got.survivors)
+        return self.schema.release(
+            self.schema.unpack(_floats_of(got.vector)), n, clips, self.schema.float_error_bound(n)
+        )
+
 
 class PlainServer:
     """The plaintext server: requests inputs, validates and sums them in float64, optionally delivers."""
@@ -381,6 +393,18 @@ class PlainServer:
         )
         return Outgoing("deliver", {self.recipient: deliver.to_bytes()})
 
+    def release(self, min_contributors: int) -> Sums:
+        """The released sum of the accepted inputs (server-bound mode), after the release rules.
+
+        Raises:
+            ReleaseRefusedError: fewer accepted inputs than ``min_contributors`` or the schema's minimum.
+        """
+        n = len(self.survivors)
+        refuse_small_sum(n, min_contributors, self.schema.min_contributors, "release", SERVER)
+        return self.schema.release(
+            self.schema.unpack(self.total), n, self.clip_counts, self.schema.float_error_bound(n)
+        )
+
 
 # ----------------------------------------------------------------------------------------------------
 # the protocol
@@ -479,24 +503,18 @@ class PlaintextAggregation(Protocol):
         )
         transcript.clip_counts = dict(server.clip_counts)
         transcript.extra["server_sees_individual_inputs"] = True
-        n = len(server.survivors)
-        max_err = schema.float_error_bound(n)
         if recipient is None:
-            sums = schema.release(schema.unpack(server.total), n, server.clip_counts, max_err)
+            sums = server.release(self.min_contributors)
         else:
-            got = parties[recipient].received
-            if got is None:
+            delivered = parties[recipient].result
+            if delivered is None:
                 raise ThresholdError(
                     f"the designated recipient {recipient} dropped out before the sum was delivered; "
                     "nothing was released to it",
                     party=recipient,
                     phase="deliver",
                 )
-            clips = dict(zip(schema.names, (int(k) for k in got.clip_counts), strict=True))
-            n = len(got.survivors)
-            sums = schema.release(
-                schema.unpack(_floats_of(got.vector)), n, clips, schema.float_error_bound(n)
-            )
+            sums = delivered
             transcript.extra["delivered_to"] = recipient
         transcript.withheld = dict(sums.withheld)
         return sums, transcript

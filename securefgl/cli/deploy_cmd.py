@@ -63,9 +63,7 @@ def deploy_command(
     ] = None,
     protocol: Annotated[
         str | None,
-        typer.Option(
-            help="secagg or secagg+, optionally with +dp (client-level distributed DP). (default: secagg)"
-        ),
+        typer.Option(help="secagg, secagg+, ckks or plaintext, each optionally with +dp. (default: secagg)"),
     ] = None,
     algorithm: Annotated[str | None, typer.Option(help="Algorithm. (default: fedavg)")] = None,
     dataset: Annotated[str | None, typer.Option(help="Dataset. (default: csbm)")] = None,
@@ -90,11 +88,11 @@ def deploy_command(
     from securefgl.config import load_run_config, to_dict
     from securefgl.deploy.export import export_clients
     from securefgl.deploy.launcher import DeploymentError, LocalFederation
-    from securefgl.deploy.parties import build_protocol
+    from securefgl.deploy.parties import check_deployable
 
     opts = dict(locals())
     cfg = load_run_config(config, _overrides(opts))
-    build_protocol(cfg.protocol.spec.base, {})  # refuse an undeployable protocol before any work
+    check_deployable(cfg.protocol.spec.base)  # refuse an undeployable protocol before any work
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out_dir = (
         Path(cfg.output.dir) if cfg.output.dir else Path("results") / f"{stamp}-deploy-{cfg.algorithm.name}"

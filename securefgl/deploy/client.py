@@ -22,7 +22,7 @@ from securefgl.algorithms.base import Algorithm, Client, RoundState, Setting
 from securefgl.algorithms.registry import create_algorithm
 from securefgl.config import RunConfig
 from securefgl.deploy.export import CROSS_KEYS, ClientFile
-from securefgl.deploy.parties import client_party, deployed_protocol, masking
+from securefgl.deploy.parties import client_party, deployed_protocol, inner_protocol
 from securefgl.deploy.wire import Reply, Request
 from securefgl.engine.evaluation import EVAL_KEY, evaluation_contribution, evaluation_schema
 from securefgl.engine.metrics import client_metrics
@@ -31,7 +31,7 @@ from securefgl.engine.seeding import client_generators
 from securefgl.errors import ConfigError, MalformedMessageError, NonFiniteError, SecureFGLError, TrainingError
 from securefgl.protocols.dp import DistributedDP
 from securefgl.protocols.encoding import SumSchema
-from securefgl.protocols.secaggplus import IdentityDirectory
+from securefgl.protocols.secaggplus import IdentityDirectory, SecAggPlus
 
 __all__ = ["ClientHalf", "make_setting_from_facts"]
 
@@ -194,8 +194,8 @@ class ClientHalf:
         self.run, self.last_seq = req.run, req.seq
         self.config, self.algorithm, self.client = config, algorithm, client
         protocol = deployed_protocol(config, fed.num_clients, client_side=True)
-        masker = masking(protocol)
-        if masker.config.consistency and self.identity is None:
+        masker = inner_protocol(protocol)
+        if isinstance(masker, SecAggPlus) and masker.config.consistency and self.identity is None:
             raise ConfigError(
                 f"the run asks for the consistency round (protocol adversary {masker.config.adversary!r}), which "
                 f"needs identities: start client {self.id}'s worker with --identity-key and --identities"
@@ -291,7 +291,7 @@ class ClientHalf:
                 )
                 schema = self.protocol.inner_schema(schema)
             party = client_party(
-                masking(self.protocol),
+                inner_protocol(self.protocol),
                 self.id,
                 schema,
                 contribution,

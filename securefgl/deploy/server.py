@@ -29,7 +29,7 @@ from securefgl.algorithms.registry import create_algorithm
 from securefgl.config import RunConfig, to_dict
 from securefgl.deploy.client import make_setting_from_facts
 from securefgl.deploy.export import Federation
-from securefgl.deploy.parties import deployed_protocol, masking, server_party, server_result
+from securefgl.deploy.parties import deployed_protocol, inner_protocol, server_party
 from securefgl.deploy.wire import Reply, Request
 from securefgl.engine.evaluation import EVAL_KEY, evaluation_schema
 from securefgl.engine.hooks import EvaluateEvent, RoundEvent, RunHooks, StartEvent
@@ -398,7 +398,7 @@ class DeployedRun:
                 )
             dp.before_sum(schema, len(participants), round_index)
             summed = dp.inner_schema(schema)
-        party = server_party(masking(self.protocol), summed, participants, round_index, recipient)
+        party = server_party(inner_protocol(self.protocol), summed, participants, round_index, recipient)
         outgoing = party.start()
         first = True
         while outgoing is not None:
@@ -421,14 +421,14 @@ class DeployedRun:
             try:
                 outgoing = party.handle(outgoing.stage, ordered)
             except ProtocolError:
-                for c, why in party.state.excluded.items():
+                for c, why in party.excluded.items():
                     record.excluded.setdefault(c, why)
                 raise
-        for c, why in party.state.excluded.items():
+        for c, why in party.excluded.items():
             record.excluded.setdefault(c, why)
-        result = server_result(party)
+        result = party.result()
         if dp is not None and result is not None:
-            result, report = dp.after_sum(schema, result, party.state.u3, len(participants), round_index)
+            result, report = dp.after_sum(schema, result, party.survivors(), len(participants), round_index)
             record.privacy = report.to_dict()
         return result
 

@@ -1,8 +1,9 @@
-"""``secagg+dp`` in a deployment: each client noises its own upload, the server accounts, as in the simulation.
+"""Every protocol in a deployment: ``plaintext`` and ``ckks`` give the simulation's numbers to the bit, and
+under ``+dp`` each client noises its own upload while the server accounts, as in the simulation.
 
-The noise comes from each client's own OS randomness, so the numbers are not the simulation's to the bit; the
-privacy statement (epsilon, noise multiplier, rounds, minimum contributors) is, because it depends on the public
-configuration and on how many sums were released only.
+The DP noise comes from each client's own OS randomness, so a ``+dp`` run's numbers are not the simulation's to
+the bit; its privacy statement (epsilon, noise multiplier, rounds, minimum contributors) is, because it depends on
+the public configuration and on how many sums were released only.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from securefgl.api import load_federated_graph
 from securefgl.config import RunConfig
 from securefgl.deploy.client import ClientHalf
 from securefgl.deploy.export import export_clients, load_client_file
+from securefgl.deploy.parties import check_deployable
 from securefgl.deploy.server import DeployedRun, LoopbackTransport
-from securefgl.errors import ConfigError, UnsupportedCombinationError
+from securefgl.errors import UnsupportedCombinationError
 
 DP = {"dp_min_contributors": 3, "dp_clip_norm": 1.0, "dp_epsilon": 8.0}
 
@@ -69,9 +71,19 @@ def test_too_few_invited_clients_for_the_noise_are_refused_before_anything_is_se
     assert aborted and all("min_contributors=5" in why for why in aborted)
 
 
-def test_ckks_is_still_refused_with_the_deployable_list(cora_root, tmp_path) -> None:
-    config = _config(cora_root, "ckks", {})
+@pytest.mark.parametrize("name", ["plaintext", "ckks"])
+def test_deployed_plaintext_and_ckks_are_bit_identical_to_the_simulation(cora_root, tmp_path, name) -> None:
+    torch.set_num_threads(1)
+    config = _config(cora_root, name, {})
+    got = DeployedRun(config, 0, LoopbackTransport(_halves(config, tmp_path))).execute()
+    ref = securefgl.run(config).seeds[0]
+    assert [r.metrics for r in got.rounds] == [r.metrics for r in ref.rounds]
+    assert [r.loss for r in got.rounds] == [r.loss for r in ref.rounds]
+    assert got.final is not None and got.final.overall == ref.final.overall
+
+
+def test_an_unknown_protocol_is_refused_with_the_deployable_list() -> None:
     with pytest.raises(
-        (UnsupportedCombinationError, ConfigError), match="secagg, secagg\\+, each optionally with \\+dp"
+        UnsupportedCombinationError, match="secagg, secagg\\+, ckks, plaintext, each optionally with \\+dp"
     ):
-        DeployedRun(config, 0, LoopbackTransport(_halves(config, tmp_path))).execute()
+        check_deployable("threshold-ckks")
