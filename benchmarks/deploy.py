@@ -5,7 +5,9 @@ For each number of clients (Cora, GCN, FedAvg, secagg+, the bit-identical settin
 (:class:`~securefgl.deploy.launcher.LocalFederation`: one SuperLink, one SuperNode + worker per client, ``flwr
 run``). Reports per round: wall time of each (the round's training, protocol, server step and evaluation, as the
 server measured them), their ratio, bytes per client of our frames as handed to Flower, and the transcript's
-bytes per client (protocol messages and broadcast), and whether the final metrics are bit-identical.
+bytes per client (protocol messages and broadcast), and whether the final metrics are bit-identical. The same job
+deployed under ``plaintext`` on the same federation gives the baseline of the issue's target (the deployed secagg+
+round at most 1.5x the deployed plaintext one; ``--no-plaintext`` skips it).
 
 Usage::
 
@@ -37,12 +39,12 @@ from securefgl.deploy.export import export_clients
 from securefgl.deploy.launcher import LocalFederation
 
 
-def _config(args: argparse.Namespace, clients: int, out: Path) -> RunConfig:
+def _config(args: argparse.Namespace, clients: int, out: Path, protocol: str = "secagg+") -> RunConfig:
     return RunConfig.from_mapping(
         {
             "dataset": {"name": "cora", "root": args.root},
             "partition": {"clients": clients},
-            "protocol": {"name": "secagg+"},
+            "protocol": {"name": protocol},
             "model": {"name": "gcn", "dropout": 0.0},
             "train": {"rounds": args.rounds, "batched": False},
             "output": {"dir": str(out), "plot": False},
@@ -81,12 +83,25 @@ def measure(args: argparse.Namespace, clients: int, work: Path) -> dict[str, Any
         started = time.perf_counter() - t0
         run_id = fed.submit(fed.write_app(to_dict(cfg_dep), work / "dep", args.stage_timeout))
         status = fed.wait(run_id, args.timeout)
+        if args.plaintext:  # the same job deployed without protection, on the same federation
+            cfg_plain = _config(args, clients, work / "dep-plain", "plaintext")
+            plain_status = fed.wait(
+                fed.submit(fed.write_app(to_dict(cfg_plain), work / "dep-plain", args.stage_timeout)),
+                args.timeout,
+            )
+            if plain_status == "finished:completed":
+                plain = json.loads((work / "dep-plain" / "metrics.json").read_text())
+                ref["deployed_plaintext_round_s"] = round(_per_round(plain["seeds"][0]["rounds"]), 3)
+            else:
+                ref["deployed_plaintext_status"] = plain_status  # type: ignore[assignment]
         if not args.no_flower_ref:
             ref = _flower_reference(fed, args, clients, _payload(cfg_dep), work)
     dep = json.loads((work / "dep" / "metrics.json").read_text())
     wire = dep["wire_bytes"]["0"]
     wire_per = (sum(wire["up"].values()) + sum(wire["down"].values())) / max(1, wire["rounds"]) / clients
     sim_round, dep_round = _per_round(sim["seeds"][0]["rounds"]), _per_round(dep["seeds"][0]["rounds"])
+    if "deployed_plaintext_round_s" in ref:
+        ref["secagg+_over_plaintext_deployed"] = round(dep_round / ref["deployed_plaintext_round_s"], 2)
     return {
         "clients": clients,
         "status": status,
@@ -142,6 +157,12 @@ def main() -> None:
     p.add_argument("--timeout", type=float, default=3600.0)
     p.add_argument("--json", type=Path, default=None, help="also write the rows to this file")
     p.add_argument("--no-flower-ref", action="store_true", help="skip Flower's own SecAgg+ workflow")
+    p.add_argument(
+        "--no-plaintext",
+        dest="plaintext",
+        action="store_false",
+        help="skip the deployed plaintext run (the baseline of the secagg+/plaintext ratio)",
+    )
     args = p.parse_args()
     rows = []
     for n in [int(c) for c in args.clients.split(",")]:

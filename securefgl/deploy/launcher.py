@@ -40,6 +40,13 @@ class DeploymentError(SecureFGLError, RuntimeError):
     """A process of the local federation failed to start, was refused, or the run failed."""
 
 
+def _signs(protocol: str) -> bool:
+    """Whether ``protocol``'s parties take identities (SecAgg and SecAgg+, with or without +dp)."""
+    from securefgl.protocols.registry import parse_protocol
+
+    return parse_protocol(protocol).base in ("secagg", "secagg+")
+
+
 def free_port() -> int:
     """A TCP port free on 127.0.0.1 right now."""
     with socket.socket() as s:
@@ -270,8 +277,8 @@ class LocalFederation:
         The server's protocol options name the identity directory (the server verifies the clients'
         signatures with it); each client reads the same directory from its own worker's configuration.
         """
-        if self.identities is not None:
-            protocol = dict(config.get("protocol", {}))
+        protocol = dict(config.get("protocol", {}))
+        if self.identities is not None and _signs(str(protocol.get("name", "secagg"))):
             protocol["options"] = {
                 **dict(protocol.get("options", {})),
                 "identities": str(self.identities.directory),

@@ -93,3 +93,22 @@ def test_identity_key_files_are_checked(tmp_path) -> None:
     )
     with pytest.raises(ConfigError, match="not an Ed25519 key"):
         load_identity_key(other)
+
+
+@pytest.mark.parametrize(
+    ("name", "signed"), [("secagg+", True), ("secagg+dp", True), ("plaintext", False), ("ckks", False)]
+)
+def test_the_launcher_names_the_directory_only_for_protocols_that_sign(tmp_path, name, signed) -> None:
+    import json
+    import tomllib
+
+    from securefgl.deploy.launcher import LocalFederation
+
+    fed = LocalFederation(tmp_path, tmp_path / "data", 2)
+    fed.identities = make_identity_keys(tmp_path / "ids", 2)
+    app = fed.write_app({"protocol": {"name": name, "options": {"threshold": 2}}}, tmp_path / "out", 60.0)
+    config = json.loads(
+        tomllib.loads((app / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]["config"]
+    )
+    expected = {"threshold": 2, **({"identities": str(fed.identities.directory)} if signed else {})}
+    assert config["protocol"]["options"] == expected
