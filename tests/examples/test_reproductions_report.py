@@ -113,6 +113,104 @@ def test_collect_and_render(report, tmp_path: Path) -> None:
     assert page.count("Figures (no saved result yet)") == 3
 
 
+def _fedspray_row(seed: int, val_loss: list[float], val_acc: list[float], test_acc: list[float]) -> dict:
+    """One seed as reproduce_fedspray.py ``table`` saves it (per-round series, fractions)."""
+    series = {
+        "val_acc": val_acc,
+        "val_loss": val_loss,
+        "test_acc": test_acc,
+        "test_f1": [a - 0.1 for a in test_acc],
+        "test_minority_acc": [a - 0.2 for a in test_acc],
+    }
+    return {
+        "seed": seed,
+        "series": series,
+        "train_seconds": 30.0,
+        "crypto_seconds": 10.0,
+        "seconds": 60.0 + seed,
+        "report": {},
+    }
+
+
+def test_collect_and_render_fedspray(report, tmp_path: Path) -> None:
+    """A reproduce_fedspray.py table.json: round picked by validation loss (NaN skipped, first on ties), secagg and
+    plaintext compared seed by seed, the target read from the script."""
+    nan = float("nan")
+    s0 = ([nan, 0.8, 0.9, 0.85], [0.5, 0.7, 0.7, 0.6], [0.6, 0.65, 0.7, 0.72])  # val_loss round 1: 65
+    s1 = ([1.0, 0.9, 0.7, 0.7], [0.5, 0.6, 0.8, 0.8], [0.6, 0.66, 0.71, 0.73])  # val_loss round 2: 71
+    off = (s0[0], s0[1], [0.6, 0.66, 0.7, 0.72])  # plaintext one point off at the selected round
+    table = {
+        "Cora|louvain+|secagg|fedspray-code|100": [_fedspray_row(0, *s0), _fedspray_row(1, *s1)],
+        "Cora|louvain+|plaintext|fedspray-code|100": [_fedspray_row(0, *s0), _fedspray_row(1, *s1)],
+        "CiteSeer|metis+|secagg|fedspray-code|100": [_fedspray_row(0, *s0)],
+        "CiteSeer|metis+|plaintext|fedspray-code|100": [_fedspray_row(0, *off)],
+    }
+    path = tmp_path / "table.json"
+    path.write_text(json.dumps(table))  # NaN as the script writes it
+    res = tmp_path / "reproductions"
+    args = ["collect", "--paper", "fedspray", "--name", "t", "--machine", "box", "--command", "go"]
+    report.main([*args, "--dir", str(res), str(path)])
+    rec = json.loads((res / "fedspray" / "t.json").read_text())
+    cora = next(c for c in rec["cells"] if c["dataset"] == "Cora" and c["protocol"] == "secagg")
+    assert [r["select"]["val_loss"]["round"] for r in cora["runs"]] == [1, 2]
+    assert [r["select"]["val_acc"]["round"] for r in cora["runs"]] == [1, 2]
+    assert "series" not in cora["runs"][0]
+    page = report.render(res)
+    assert (
+        "| Cora | louvain+ (ours, partition seed 42) | 100 (fedspray-code) | 70.08 ± 0.41 | 68.00 ± 3.00 | "
+        "68.00 ± 3.00 | 0 (identical per seed, every rule and metric: grid upload) | yes | 56.46 ± 1.30 | "
+        "58.00 ± 3.00 | 68.00 ± 3.00 | 0,1 | 60 |"
+    ) in page
+    assert "| 65.00 ± 0.00 | 66.00 ± 0.00 | -1.00 (largest per-seed gap 1.00) | yes |" in page
+    assert "[FedSpray](#fedspray-o-pfgls-third-party-table-fedsprays-minority-node-claim) | 2 of 2 |" in page
+    assert "go" in page and "Figures on O-pFGL's own partitions" in page
+    assert page.count("Figures (no saved result yet)") == 4
+
+
+def _opfgl_out(path: Path, protocol: str, seeds: list[int], acc: float) -> Path:
+    """A reproduce_opfgl.py ``--out`` file (fractions; one record per seed, the partition's statistics)."""
+    runs = [
+        {
+            "cell": f"Cora/louvain+/p42/opfgl/{protocol}",
+            "seed": s,
+            "test_acc": acc + 0.01 * s,
+            "test_f1": 0.6,
+            "seconds": 100.0,
+            "bytes_up_per_client": {"0": 1},
+            "bytes_down_per_client": {"0": 1},
+            "report": {},
+        }
+        for s in seeds
+    ]
+    path.write_text(json.dumps({"runs": runs, "partitions": {"Cora/louvain+/p42": {"sizes": [3, 4]}}}))
+    return path
+
+
+def test_collect_and_render_opfgl(report, tmp_path: Path) -> None:
+    """reproduce_opfgl.py files from separate invocations merge into one cell per label; target from the script."""
+    files = [
+        _opfgl_out(tmp_path / "a.json", "secagg", [0], 0.75),
+        _opfgl_out(tmp_path / "b.json", "secagg", [1, 2], 0.75),
+        _opfgl_out(tmp_path / "c.json", "plaintext", [0, 1, 2], 0.75),
+    ]
+    res = tmp_path / "reproductions"
+    args = ["collect", "--paper", "opfgl", "--name", "o", "--machine", "box", "--command", "go"]
+    report.main([*args, "--partition", "reference replay", "--dir", str(res), *map(str, files)])
+    rec = json.loads((res / "opfgl" / "o.json").read_text())
+    assert [(c["protocol"], [r["seed"] for r in c["runs"]]) for c in rec["cells"]] == [
+        ("secagg", [0, 1, 2]),
+        ("plaintext", [0, 1, 2]),
+    ]
+    assert rec["cells"][0]["client_sizes"] == [3, 4] and "report" not in rec["cells"][0]["runs"][0]
+    page = report.render(res)
+    assert (
+        "| Cora | louvain+ (reference replay) | O-pFGL | 76.43 ± 1.24 | 76.00 ± 0.82 | 76.00 ± 0.82 | "
+        "0 (identical per seed, accuracy and F1) | yes | 61.58 ± 2.16 | 60.00 ± 0.00 | 60.00 ± 0.00 | 0,1,2 | 100 |"
+    ) in page
+    assert "[O-pFGL](#o-pfgl-cora--citeseer-louvain-and-metis-10-clients) | 1 of 1 |" in page
+    assert report._seeds([{"seed": 0}, {"seed": 1}], [{"seed": 0}]) == "secagg 0,1; plaintext 0"
+
+
 def test_collect_refuses_missing_files(report, tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match="no such file"):
         report.main(
