@@ -187,3 +187,31 @@ def bias_candidates(
             counts_t[i] = 0
     order = torch.argsort(-counts_t, stable=True)
     return reps_t[order].to(torch.float32), counts_t[order]
+
+
+def deconvolve_rows(z: Tensor, op: Tensor, targets: Tensor, observed: Tensor, *, cap: float | None) -> Tensor:
+    r"""Raw features of the ``targets`` rows from the propagated rows :math:`Z = P X`, for features :math:`X \ge 0`.
+
+    Every node :math:`j` with :math:`P_{ji} > 0` gives :math:`Z_{jf} = \sum_k P_{jk} X_{kf} \ge P_{ji} X_{if}`,
+    so :math:`X_{if} \le \min_j Z_{jf} / P_{ji}` over the ``observed`` rows :math:`j` (those whose first-layer
+    input the update constrains); the bound is the estimate, capped at ``cap`` (binary features: 1). A
+    feature of node :math:`i` survives only if every observed neighbour carries it: the sparse-feature
+    (bag-of-words) reading of a neighbourhood sum.
+
+    Args:
+        z: ``(N, F)`` propagated rows (of the reconstruction).
+        op: ``(N, N)`` operator :math:`P`.
+        targets: ``(n,)`` rows to deconvolve.
+        observed: ``(N,)`` boolean: rows whose propagated input the update constrains.
+        cap: Upper bound of a feature (``None``: none).
+    """
+    out = []
+    zc = z.clamp(min=0)
+    for i in targets.tolist():
+        js = torch.nonzero((op[:, i] > 0) & observed).flatten()
+        if js.numel() == 0:
+            out.append(zc[i])
+            continue
+        est = (zc[js] / op[js, i][:, None]).amin(0)
+        out.append(est.clamp(max=cap) if cap is not None else est)
+    return torch.stack(out)

@@ -96,6 +96,10 @@ class InversionConfig:
         label_passes: At most this many re-estimations (until the counts are stable). (default: ``4``)
         anchors: SGD recipes: fix the rows that :func:`bias_candidates` proves exact and start the others at
             the remaining candidates. (default: ``True``)
+        deconvolve: Graph-known GCN with a ``nonneg`` or ``binary`` prior: read the training rows back from
+            the fitted propagated rows of their neighbours (:func:`~securefgl.attacks._inversion_analytic.
+            deconvolve_rows`) instead of taking the search's raw rows, which the update does not pin down.
+            (default: ``True``)
         exact_tol: An objective below this counts as an exact fit (no leave-one-out search over the fixed
             rows). (default: ``1e-3``)
         adam_eps: Epsilon of the simulated Adam (larger than Adam's own, for stable derivatives).
@@ -117,6 +121,7 @@ class InversionConfig:
     refine_labels: bool = True
     label_passes: int = 4
     anchors: bool = True
+    deconvolve: bool = True
     exact_tol: float = 1e-3
     adam_eps: float = 1e-4
     max_unknown_nodes: int = 2000

@@ -146,3 +146,20 @@ def model_forward(
         return functional_call(model, {k: v.to(x.dtype) for k, v in params.items()}, (x, ei))
     finally:
         model.train(was)
+
+
+def first_layer_operator(model: torch.nn.Module, edge_index: Tensor, num_rows: int) -> Tensor | None:
+    r"""Dense ``(N, N)`` operator :math:`P` with the first layer's input :math:`P X` (GCN: :math:`\hat A`).
+
+    Used to deconvolve the reconstruction of a graph-known GCN inversion; ``None`` for models whose first
+    layer is not one linear propagation of the raw features (MLP, SAGE) or whose update constrains the
+    propagated rows of the training nodes only (SGC).
+    """
+    if type(model).__name__.lower() != "gcn":
+        return None
+    from torch_geometric.nn.conv.gcn_conv import gcn_norm
+
+    ei, w = gcn_norm(edge_index, None, num_rows, add_self_loops=True)
+    op = torch.zeros(num_rows, num_rows, dtype=torch.float32, device=edge_index.device)
+    op.index_put_((ei[1], ei[0]), w.to(torch.float32), accumulate=True)  # row = target, column = source
+    return op

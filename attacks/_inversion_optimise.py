@@ -44,6 +44,16 @@ def _objective(sim: dict[str, Tensor], obs: dict[str, Tensor], keys: Sequence[st
     return ((a - b) ** 2).sum() / (b.pow(2).sum() + 1e-30)
 
 
+def _raw_rows(p: _Problem) -> bool:
+    """Whether the searched rows are the features themselves, so that the priors apply to them.
+
+    Not so for a graph-known search in the row space: the update pins down only the propagated rows
+    :math:`P X`, reached by raw rows in the row space that are no feature vectors (negative entries); the
+    priors act on the deconvolution instead, and a penalty here would pull :math:`P X` off its fit.
+    """
+    return p.basis is None or p.edge_index is None
+
+
 def _labels_from_counts(counts: Tensor, device: torch.device | None = None) -> Tensor:
     return torch.repeat_interleave(torch.arange(counts.numel()), counts.cpu().long()).to(device or "cpu")
 
@@ -70,6 +80,8 @@ class _Problem:
         cfg: Reconstruction settings.
         gen: Seeds the random starts.
         device: Where the simulation runs.
+        pad: Rows of zeros appended after the unknown rows (graph known: the hop beyond the receptive
+            field, which only sets degrees).
     """
 
     model: torch.nn.Module
@@ -89,6 +101,7 @@ class _Problem:
     cfg: InversionConfig
     gen: torch.Generator
     device: torch.device
+    pad: int = 0
 
 
 class _Restarts:
@@ -202,7 +215,8 @@ def _optimise(p: _Problem, fixed_labels: Tensor | None, anchors: Tensor) -> tupl
         x = var @ p.basis if p.basis is not None else var
         if p.mask is not None:
             x = x * p.mask
-        return torch.cat([fixed_rows, x], 0) if k else x
+        parts = ([fixed_rows] if k else []) + [x] + ([x.new_zeros(p.pad, x.shape[1])] if p.pad else [])
+        return torch.cat(parts, 0) if len(parts) > 1 else x
 
     if fixed_labels is not None:
         _fit(p, [var], features, lambda: fixed_labels, cfg.iterations)
@@ -216,10 +230,13 @@ def _optimise(p: _Problem, fixed_labels: Tensor | None, anchors: Tensor) -> tupl
         x = features().detach()
         if not torch.isfinite(x).all():
             x = torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)
-        if cfg.prior in ("nonneg", "binary"):
-            x = x.clamp(min=0)
-        if cfg.prior == "binary":
-            x = x.clamp(max=1)
+        # Graph known with a row-space basis: the raw rows only matter through P X (deconvolved later);
+        # clamping them would change that propagation.
+        if _raw_rows(p):
+            if cfg.prior in ("nonneg", "binary"):
+                x = x.clamp(min=0)
+            if cfg.prior == "binary":
+                x = x.clamp(max=1)
     return x, y_soft
 
 
@@ -260,7 +277,8 @@ def _fit(
             train_index=p.train_rows,
             adam_eps=cfg.adam_eps,
         )
-        return _objective(sim, p.obs, p.keys, cfg.objective) + _prior_penalty(x, cfg) / max(1, x.numel())
+        fit = _objective(sim, p.obs, p.keys, cfg.objective)
+        return fit + _prior_penalty(x, cfg) / max(1, x.numel()) if _raw_rows(p) else fit
 
     if cfg.optimizer == "lbfgs":
         opt = torch.optim.LBFGS(

@@ -41,8 +41,18 @@ search tractable and are used as priors:
 
 Graph models. With the graph known (:class:`~securefgl.attacks.views.GraphKnowledge`), the unknowns are
 the features of every node in the training nodes' receptive field and the attacker runs the model on the
-client's real structure; without it, each training node is treated as isolated, so SGC/GCN reconstruct
-the *propagated* features :math:`(S^K X)_i` the model actually saw (reported separately for SGC).
+client's real structure. The next hop is simulated too, as rows of zeros: its features never reach a
+training node, but its edges set the degrees, hence the GCN/SGC normalisation, of the outermost unknown
+nodes (without it the simulated update of the *true* features is not the client's: cosine about 0.995 on
+Cora, enough to make the search fail). A GCN's update depends on the features only through the first
+layer's inputs :math:`Z = \hat A X` of the nodes within :math:`L-1` hops of a training node, whose rows
+span the row space of :math:`\Delta W_1` (SGD); the search runs in that row space when it is large enough
+(raw rows in it reach every such :math:`Z`), and with a ``nonneg``/``binary`` prior each training node's raw
+row is read back from the fitted :math:`Z` of its neighbours
+(:func:`~securefgl.attacks._inversion_analytic.deconvolve_rows`). Without the graph, each training node is
+treated as isolated, so SGC/GCN reconstruct the *propagated* features :math:`(S^K X)_i` the model actually
+saw (score them against those; ``Reconstruction.extra["propagated"]`` holds the graph-known search's
+:math:`Z` rows of the training nodes).
 
 Metrics (after optimal matching of reconstructed to true training nodes by feature cosine, with
 :func:`scipy.optimize.linear_sum_assignment`): label accuracy (= multiset overlap of the label counts for
@@ -75,6 +85,7 @@ from securefgl.attacks._inversion_analytic import (
 from securefgl.attacks._inversion_analytic import (
     _support_and_basis,
     bias_candidates,
+    deconvolve_rows,
     recover_label_counts,
 )
 from securefgl.attacks._inversion_config import InversionConfig, ModelUpdate, Reconstruction, TrainingRecipe
@@ -82,6 +93,7 @@ from securefgl.attacks._inversion_model import (
     _first_layer_weights,
     _hops,
     _propagates,
+    first_layer_operator,
     last_layer_bias,
     model_forward,
     simulate_update,
@@ -169,10 +181,11 @@ def invert_update(
     firsts = _first_layer_weights(model, num_features)
 
     n = _num_nodes(num_nodes, update, obs, firsts, num_features)
-    n, rows, edge_index, train_rows, graph_used = _unknown_rows(model, graph, cfg, n, dev)
+    n, rows, pad, edge_index, train_rows, graph_used = _unknown_rows(model, graph, cfg, n, dev)
 
+    observed = _observed_rows(model, edge_index, train_rows, rows + pad) if graph_used else rows
     support, basis, mask, anchors, pool = _search_space(
-        update, model, recipe, cfg, firsts, num_features, rows, graph_used, dev
+        update, model, recipe, cfg, firsts, num_features, rows, observed, graph_used, dev
     )
     counts = recover_label_counts(update, model, recipe, num_classes, num_nodes=n)
     problem = _Problem(
@@ -193,10 +206,12 @@ def invert_update(
         cfg,
         gen,
         dev,
+        pad,
     )
     value, x_full, labels, counts, anchors = _search(problem, update, counts, anchors, progress)
+    x_train, propagated = _training_rows(model, cfg, x_full, edge_index, train_rows, graph_used)
     return Reconstruction(
-        x=x_full[train_rows].detach().cpu().clone(),
+        x=x_train.detach().cpu().clone(),
         y=labels.cpu().clone(),
         label_counts=counts.cpu(),
         objective=value,
@@ -209,6 +224,8 @@ def invert_update(
             "candidate_rows": int(pool.shape[0]),
             "support": None if support is None else int(support.sum()),
             "labels": cfg.labels,
+            "deconvolved": propagated is not None and cfg.deconvolve and cfg.prior != "none",
+            "propagated": None if propagated is None else propagated.detach().cpu().clone(),
         },
     )
 
@@ -231,15 +248,21 @@ def _num_nodes(
 
 def _unknown_rows(
     model: torch.nn.Module, graph: Any | None, cfg: InversionConfig, n: int, dev: torch.device
-) -> tuple[int, int, Tensor | None, Tensor, bool]:
+) -> tuple[int, int, int, Tensor | None, Tensor, bool]:
     """Unknown rows: the training nodes alone, or (graph known) their receptive field.
 
+    With the graph known, the ``K``-hop receptive field is unknown and the next hop is appended as ``pad``
+    rows of zeros: their features cannot reach a training node's output, but their edges set the degrees
+    of the outermost unknown nodes, so the normalisation (GCN, SGC) is the client's own. Without them the
+    simulated update differs from the real one even for the true features.
+
     Returns:
-        ``(n, rows, edge_index, train_rows, graph_used)``.
+        ``(n, rows, pad, edge_index, train_rows, graph_used)``: ``edge_index`` spans ``rows + pad`` nodes,
+        the unknown rows first.
     """
     edge_index = None
     train_rows = torch.arange(n)
-    rows = n
+    rows, pad = n, 0
     graph_used = False
     if graph is not None and cfg.graph_known and _propagates(model):
         from torch_geometric.utils import k_hop_subgraph
@@ -247,16 +270,75 @@ def _unknown_rows(
         tidx = graph.train_index
         if tidx.numel() != n:
             n = int(tidx.numel())
-        subset, sub_ei, mapping, _ = k_hop_subgraph(
-            tidx, _hops(model), graph.edge_index, relabel_nodes=True, num_nodes=graph.num_nodes
-        )
-        if subset.numel() > cfg.max_unknown_nodes:
+        hops = _hops(model)
+        inner = k_hop_subgraph(tidx, hops, graph.edge_index, num_nodes=graph.num_nodes)[0]
+        if inner.numel() > cfg.max_unknown_nodes:
             raise AttackNotApplicableError(
-                f"the receptive field holds {subset.numel()} nodes > max_unknown_nodes={cfg.max_unknown_nodes}"
+                f"the receptive field holds {inner.numel()} nodes > max_unknown_nodes={cfg.max_unknown_nodes}"
             )
-        edge_index, train_rows, rows, graph_used = sub_ei.to(dev), mapping.to(dev), int(subset.numel()), True
+        outer = k_hop_subgraph(tidx, hops + 1, graph.edge_index, num_nodes=graph.num_nodes)[0]
+        outer = outer[~torch.isin(outer, inner)]
+        order = torch.cat([inner, outer])
+        pos = torch.full((graph.num_nodes,), -1, dtype=torch.long)
+        pos[order] = torch.arange(order.numel())
+        src, dst = pos[graph.edge_index[0]], pos[graph.edge_index[1]]
+        inside = int(inner.numel())
+        keep = (src >= 0) & (dst >= 0) & ((src < inside) | (dst < inside))  # edges that set a needed degree
+        edge_index = torch.stack([src[keep], dst[keep]]).to(dev)
+        train_rows, rows, pad, graph_used = pos[tidx], inside, int(outer.numel()), True
     train_rows = train_rows.to(dev)
-    return n, rows, edge_index, train_rows, graph_used
+    return n, rows, pad, edge_index, train_rows, graph_used
+
+
+def _observed_rows(
+    model: torch.nn.Module, edge_index: Tensor | None, train_rows: Tensor, total: int
+) -> int | None:
+    """Rows whose first-layer input :math:`P X` the update constrains: a GCN's nodes within ``L - 1`` hops of a
+    training node. ``None`` for other models (SAGE: no single propagation; SGC: no deconvolution of its
+    propagated rows yet), whose graph-known search stays in the raw feature space."""
+    if type(model).__name__.lower() != "gcn" or edge_index is None:
+        return None
+    from torch_geometric.utils import k_hop_subgraph
+
+    return int(k_hop_subgraph(train_rows, _hops(model) - 1, edge_index, num_nodes=total)[0].numel())
+
+
+def _training_rows(
+    model: torch.nn.Module,
+    cfg: InversionConfig,
+    x_full: Tensor,
+    edge_index: Tensor | None,
+    train_rows: Tensor,
+    graph_used: bool,
+) -> tuple[Tensor, Tensor | None]:
+    r"""The training rows of the reconstruction, deconvolved (graph-known GCN, non-negative priors).
+
+    The update of a graph-known GCN constrains the first layer's inputs :math:`(\hat A X)_j` of the nodes
+    near the training nodes, not the raw rows, which the search leaves wherever its start put them within
+    the many raw matrices with the same propagation. :func:`deconvolve_rows` reads each training node's
+    raw row back from the fitted propagated rows of its neighbours.
+
+    Returns:
+        ``(x, propagated)``: ``(n, F)`` training rows and their propagated rows (``None`` when the first
+        layer is not one propagation of the features).
+    """
+    x = x_full[train_rows]
+    if not graph_used or edge_index is None:
+        return x, None
+    op = first_layer_operator(model, edge_index, x_full.shape[0])
+    if op is None:
+        return x, None
+    with torch.no_grad():
+        z = op @ x_full
+        if cfg.deconvolve and cfg.prior != "none":
+            from torch_geometric.utils import k_hop_subgraph
+
+            near = k_hop_subgraph(train_rows, _hops(model) - 1, edge_index, num_nodes=x_full.shape[0])[0]
+            observed = torch.zeros(x_full.shape[0], dtype=torch.bool, device=x_full.device)
+            observed[near] = True
+            cap = 1.0 if cfg.prior == "binary" else None
+            x = deconvolve_rows(z, op, train_rows, observed, cap=cap)
+    return x, z[train_rows]
 
 
 def _search_space(
@@ -267,6 +349,7 @@ def _search_space(
     firsts: list[str],
     num_features: int,
     rows: int,
+    observed: int | None,
     graph_used: bool,
     dev: torch.device,
 ) -> tuple[Tensor | None, Tensor | None, Tensor | None, Tensor, Tensor]:
@@ -276,9 +359,12 @@ def _search_space(
         ``(support, basis, mask, anchors, pool)``: the ``(F,)`` boolean support and its 0/1 ``mask`` on
         ``dev``, the basis on ``dev``, the rows :func:`bias_candidates` proves exact and the other candidates.
     """
-    support, basis = _support_and_basis(update, firsts, num_features, rows, cfg, recipe)
-    if graph_used:
-        basis = None  # the row space bounds the aggregated rows, not every node of the receptive field
+    # Graph known: the row space holds the first-layer inputs P X of the ``observed`` rows, not the raw rows;
+    # raw rows in it still reach every such P X (the least-norm solution of P X = Z lies in Z's row space).
+    need = rows if not graph_used else observed
+    support, basis = _support_and_basis(update, firsts, num_features, need or rows, cfg, recipe)
+    if graph_used and observed is None:
+        basis = None  # the row space bounds the propagated rows, which only GCN's search deconvolves
     mask = support.to(dev, torch.float32) if support is not None else None
     basis = basis.to(dev) if basis is not None else None
     anchors = torch.empty(0, num_features, device=dev)
