@@ -95,7 +95,7 @@ def measure(args: argparse.Namespace, clients: int, work: Path) -> dict[str, Any
             else:
                 ref["deployed_plaintext_status"] = plain_status  # type: ignore[assignment]
         if not args.no_flower_ref:
-            ref = _flower_reference(fed, args, clients, _payload(cfg_dep), work)
+            ref.update(_flower_reference(fed, args, clients, _payload(cfg_dep), work))
     dep = json.loads((work / "dep" / "metrics.json").read_text())
     wire = dep["wire_bytes"]["0"]
     wire_per = (sum(wire["up"].values()) + sum(wire["down"].values())) / max(1, wire["rounds"]) / clients

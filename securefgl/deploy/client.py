@@ -23,7 +23,7 @@ from securefgl.algorithms.registry import create_algorithm
 from securefgl.config import RunConfig
 from securefgl.deploy.export import CROSS_KEYS, ClientFile
 from securefgl.deploy.parties import client_party, deployed_protocol, inner_protocol
-from securefgl.deploy.wire import Reply, Request
+from securefgl.deploy.wire import STEP_PARTS, Reply, Request
 from securefgl.engine.evaluation import EVAL_KEY, evaluation_contribution, evaluation_schema
 from securefgl.engine.metrics import client_metrics
 from securefgl.engine.runner import grid_rng, round_context
@@ -219,16 +219,35 @@ class ClientHalf:
                 )
         return list(client.losses)
 
-    def _train(self, req: Request) -> dict[str, Any]:
+    def _step(self, req: Request) -> dict[str, Any]:
+        """Run the request's parts in order (``eval``, ``train``, ``local``), then advance its protocol stages.
+
+        One step carries everything a client can do without hearing from the server again: the evaluation of
+        the last broadcast, this round's training and the first stage of each sum it contributes to, or the
+        next stage of every sum in flight. Each Flower message costs a SuperNode poll and a process start,
+        so a deployed round costs about as many of those as it has steps.
+        """
+        self._ready()
+        out: dict[str, Any] = {}
+        for part in req.body.get("parts", []):
+            kind = str(part.get("kind"))
+            if kind not in STEP_PARTS:
+                raise MalformedMessageError(f"unknown step part {kind!r}; valid: {', '.join(STEP_PARTS)}")
+            out[kind] = getattr(self, "_" + kind)(dict(part["body"]))
+        out["payloads"] = {str(s["key"]): self._stage(s) for s in req.body.get("stages", [])}
+        return out
+
+    def _train(self, body: Mapping[str, Any]) -> dict[str, Any]:
         config, algorithm, client = self._ready()
-        rs = _rs(req.body)
+        rs = _rs(body)
         client.losses.clear()
         outs = algorithm.client_steps([client], rs)
         losses = self._losses(rs.phase, rs.round)
         requests = list(algorithm.requests(rs))
         single = len(requests) == 1
         context = round_context(rs.broadcast)
-        self.pending.clear()
+        for key in [k for k in self.pending if k != EVAL_KEY]:  # an evaluation of this step may wait its sum
+            del self.pending[key]
         for r in requests:
             if r.participants is not None and self.id not in r.participants:
                 continue
@@ -251,10 +270,10 @@ class ClientHalf:
             self.pending[r.key] = _Pending(r.schema, contrib, r.recipient, context, rs.global_round)
         return {"losses": losses}
 
-    def _eval(self, req: Request) -> dict[str, Any]:
+    def _eval(self, body: Mapping[str, Any]) -> dict[str, Any]:
         config, algorithm, client = self._ready()
-        rs = _rs(req.body)
-        broadcast = dict(req.body["eval_broadcast"])
+        rs = _rs(body)
+        broadcast = dict(body["eval_broadcast"])
         logits = algorithm.evaluate([client], broadcast, rs)[self.id]
         schema = evaluation_schema(algorithm.setting.count_bound, algorithm.setting.num_clients)
         contrib = evaluation_contribution(
@@ -265,21 +284,22 @@ class ClientHalf:
         self.pending[EVAL_KEY] = _Pending(schema, contrib, None, round_context(broadcast), rs.global_round)
         return {}
 
-    def _local(self, req: Request) -> dict[str, Any]:
+    def _local(self, body: Mapping[str, Any]) -> dict[str, Any]:
         config, algorithm, client = self._ready()
-        name = str(req.body["phase"])
+        name = str(body["phase"])
         phases = {p.name: p for p in algorithm.phases(config.train)}
         if name not in phases:
             raise ConfigError(f"unknown phase {name!r}; this algorithm's phases: {sorted(phases)}")
         client.losses.clear()
-        algorithm.personalize_clients([client], dict(req.body["broadcast"]), phases[name])
+        algorithm.personalize_clients([client], dict(body["broadcast"]), phases[name])
         return {"losses": self._losses(name, 0)}
 
-    def _proto(self, req: Request) -> dict[str, Any]:
+    def _stage(self, stage: Mapping[str, Any]) -> bytes | None:
+        """One protocol stage of sum ``stage["key"]``; the first one starts this client's party."""
         _, _, client = self._ready()
-        key = str(req.body["key"])
+        key = str(stage["key"])
         party = self.parties.get(key)
-        if party is None or bool(req.body.get("first")):
+        if party is None or bool(stage.get("first")):
             pending = self.pending.pop(key, None)
             if pending is None:
                 raise MalformedMessageError(f"client {self.id} holds no contribution for sum {key!r}")
@@ -302,13 +322,13 @@ class ClientHalf:
                 directory=self.directory,
             )
             self.parties[key] = party
-        out = party.handle(bytes(req.body["payload"]))
+        out: bytes | None = party.handle(bytes(stage["payload"]))
         if party.result is not None:
             client.inbox[key] = party.result
             del self.parties[key]
         elif party.stage in ("done", "aborted"):
             del self.parties[key]
-        return {"payload": out}
+        return out
 
     def _finish(self, req: Request) -> dict[str, Any]:
         self.pending.clear()

@@ -19,6 +19,7 @@ import secrets
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
@@ -29,7 +30,7 @@ from securefgl.algorithms.registry import create_algorithm
 from securefgl.config import RunConfig, to_dict
 from securefgl.deploy.client import make_setting_from_facts
 from securefgl.deploy.export import Federation
-from securefgl.deploy.parties import deployed_protocol, inner_protocol, server_party
+from securefgl.deploy.parties import ServerParty, deployed_protocol, inner_protocol, server_party
 from securefgl.deploy.wire import Reply, Request
 from securefgl.engine.evaluation import EVAL_KEY, evaluation_schema
 from securefgl.engine.hooks import EvaluateEvent, RoundEvent, RunHooks, StartEvent
@@ -48,6 +49,7 @@ from securefgl.errors import (
 from securefgl.protocols.base import Sums
 from securefgl.protocols.dp import DistributedDP
 from securefgl.protocols.encoding import SumSchema
+from securefgl.protocols.router import Outgoing
 
 __all__ = ["DeployedRun", "LoopbackTransport", "Transport"]
 
@@ -264,27 +266,38 @@ class DeployedRun:
         self._rejoin()
         broadcast = self.server.broadcast
         ids = sorted(self.live)
-        t0 = time.perf_counter()
-        replies = self._send("local", {c: {"phase": phase.name, "broadcast": dict(broadcast)} for c in ids})
+        self.refused = {}
         down = dict.fromkeys(ids, broadcast_nbytes(broadcast))
-        rec = RoundRecord(
-            phase.name, 0, self.global_round, ids, float("nan"), {}, down, time.perf_counter() - t0, 0.0, 0.0
-        )
-        losses = [replies[c]["losses"][-1] for c in ids if c in replies and replies[c]["losses"]]
+        rec = RoundRecord(phase.name, 0, self.global_round, ids, float("nan"), {}, down, 0.0, 0.0, 0.0)
+        parts = {
+            c: [{"kind": "local", "body": {"phase": phase.name, "broadcast": dict(broadcast)}}] for c in ids
+        }
+        rs = RoundState(phase.name, 0, self.global_round, tuple(ids), broadcast, 1)
+        due = _EvalDue(rs, broadcast, rec, select=False, clients=ids) if phase.evaluate else None
+        runs = [self._open_evaluation(due, parts)] if due is not None else []
+        first, first_s, total_s = self._step(parts, runs, rec)
+        rec.train_seconds = first_s if due is None else total_s
+        losses = [first[c]["local"]["losses"][-1] for c in ids if c in first and first[c]["local"]["losses"]]
         rec.loss = float(np.mean(losses)) if losses else float("nan")
-        if phase.evaluate:
-            rs = RoundState(phase.name, 0, self.global_round, tuple(ids), broadcast, 1)
-            ev, _ = self._evaluate(rs, broadcast, rec, select=False)
+        if due is not None:
+            ev, _ = self._evaluated(due, runs[0], first, 0.0)
             if ev is not None:
                 self.hooks.evaluate(EvaluateEvent(rs, ev.overall, ev.per_client, True))
                 self.result.final = ev
         self._finish(rec, broadcast)
 
     def _rounds_phase(self, phase: Phase) -> None:
+        """The phase's rounds. Without early stopping (``train.patience`` unset) the evaluation of a round's
+        broadcast rides in the next round's first step (the clients evaluate, then train: the order of the
+        simulation), so a round costs the protocol's stages and nothing more; the last one is evaluated alone."""
         train = self.config.train
         num_rounds = phase_rounds(phase, train)
+        fuse = train.patience is None
         best: EvalRecord | None = None
+        due: _EvalDue | None = None
         for r in range(num_rounds):
+            if due is not None:
+                due.clients = sorted(self.live)  # who was live after the evaluated round: they evaluate it
             self._rejoin()
             if phase.sample and self.per_round < self.k_all:
                 chosen = self.sampling.choice(self.k_all, size=self.per_round, replace=False)
@@ -295,64 +308,204 @@ class DeployedRun:
             rs = RoundState(
                 phase.name, r, self.global_round, tuple(invited), self.server.broadcast, num_rounds
             )
-            record, broadcast = self._round(rs)
-            if phase.evaluate and ((r + 1) % train.eval_every == 0 or r == num_rounds - 1):
-                ev, improved = self._evaluate(rs, broadcast, record)
-                if ev is not None:
-                    best = ev if improved else best
-                    self.hooks.evaluate(EvaluateEvent(rs, ev.overall, ev.per_client, improved))
+            record, broadcast, outcome = self._round(rs, due)
+            if due is not None:
+                best = self._settle(due, outcome, best)
+                due = None
             self.global_round += 1
-            self._finish(record, broadcast)
-            if phase.evaluate and self.server.should_stop:
-                self.result.stopped_early[phase.name] = r
-                break
+            if phase.evaluate and ((r + 1) % train.eval_every == 0 or r == num_rounds - 1):
+                due = _EvalDue(rs, broadcast, record, select=True, clients=sorted(self.live))
+                if not fuse or r == num_rounds - 1:
+                    best = self._settle(due, self._evaluate(due), best)
+                    due = None
+                    if self.server.should_stop:
+                        self.result.stopped_early[phase.name] = r
+                        break
+            else:
+                self._finish(record, broadcast)
         if phase.evaluate and self.result.evals:
             self.result.final = best if (train.select_best and best is not None) else self.result.evals[-1]
+
+    def _settle(
+        self, due: _EvalDue, outcome: tuple[EvalRecord | None, bool], best: EvalRecord | None
+    ) -> EvalRecord | None:
+        """Report an evaluated round (its evaluation, then the round itself); the phase's best so far."""
+        ev, improved = outcome
+        if ev is not None:
+            best = ev if improved else best
+            self.hooks.evaluate(EvaluateEvent(due.rs, ev.overall, ev.per_client, improved))
+        self._finish(due.record, due.broadcast)
+        return best
 
     def _finish(self, record: RoundRecord, broadcast: Mapping[str, torch.Tensor]) -> None:
         self.result.rounds.append(record)
         self.done += 1
         self.hooks.round(RoundEvent(record, broadcast, self.done, self.total))
 
+    # ------------------------------------------------------------------ steps and sums -------------------
+
+    def _step(
+        self, parts: Mapping[int, list[dict[str, Any]]], runs: Sequence[_SumRun], record: RoundRecord
+    ) -> tuple[dict[int, dict[str, Any]], float, float]:
+        """Send each client its ``parts`` with the first stage of every sum in ``runs``, then drive the sums in
+        lockstep (one request per client per stage, carrying that client's messages of every sum) to the end.
+
+        Returns the replies to the parts by client, the seconds of the first step and of all steps.
+        """
+        t0 = time.perf_counter()
+        first: dict[int, dict[str, Any]] | None = None
+        first_s = 0.0
+        while True:
+            bodies: dict[int, dict[str, Any]] = {}
+            if first is None:
+                for c, ps in parts.items():
+                    bodies[c] = {"parts": ps, "stages": []}
+            live_runs = [run for run in runs if run.outgoing is not None]
+            for run in live_runs:
+                assert run.outgoing is not None
+                for c, p in run.outgoing.messages.items():
+                    stage = {"key": run.key, "stage": run.outgoing.stage, "payload": p, "first": run.first}
+                    bodies.setdefault(c, {"parts": [], "stages": []})["stages"].append(stage)
+                    run.down[c] = run.down.get(c, 0) + len(p)
+            if not bodies:
+                break
+            replies = self._send("step", bodies)
+            if first is None:
+                first, first_s = replies, time.perf_counter() - t0
+                kinds = {c: "+".join(str(p["kind"]) for p in ps) for c, ps in parts.items()}
+                for c in set(parts) - set(replies):
+                    record.dropped.setdefault(c, f"{kinds[c]}: " + self.refused.get(c, "no reply"))
+            for run in live_runs:
+                assert run.outgoing is not None and run.party is not None
+                stage_name = run.outgoing.stage
+                ordered = []
+                for c in run.outgoing.messages:
+                    if c not in replies:
+                        record.dropped.setdefault(c, f"{stage_name}: " + self.refused.get(c, "no reply"))
+                        continue
+                    payload = replies[c].get("payloads", {}).get(run.key)
+                    if payload is not None:
+                        run.up[c] = run.up.get(c, 0) + len(payload)
+                        ordered.append((c, bytes(payload)))
+                run.first = False
+                try:
+                    run.outgoing = run.party.handle(stage_name, ordered)
+                except ProtocolError as exc:
+                    run.error, run.outgoing = exc, None
+            if all(run.outgoing is None for run in runs):
+                break
+        return first or {}, first_s, time.perf_counter() - t0
+
+    def _open(
+        self,
+        key: str,
+        schema: SumSchema,
+        participants: list[int],
+        recipient: int | None,
+        round_index: int,
+        up: dict[int, int],
+        down: dict[int, int],
+    ) -> _SumRun:
+        """Start the protocol's server party of one sum; a sum that cannot start carries its error."""
+        run = _SumRun(key, schema, participants, up, down)
+        # +dp: the wrapper's checks and accounting around the masking sum (the evaluation counts carry no noise).
+        dp = self.protocol if isinstance(self.protocol, DistributedDP) and key != EVAL_KEY else None
+        if dp is not None and recipient is not None:
+            raise UnsupportedCombinationError(
+                f"sum {key!r} goes to client {recipient} (a designated-recipient sum); a deployment does not "
+                "carry those under +dp yet"
+            )
+        try:
+            if not participants:
+                raise ThresholdError(f"no client of the round is left to sum {key!r}")
+            summed = schema
+            if dp is not None:
+                dp.before_sum(schema, len(participants), round_index)
+                summed = dp.inner_schema(schema)
+            run.dp, run.round_index = dp, round_index
+            run.party = server_party(
+                inner_protocol(self.protocol), summed, participants, round_index, recipient
+            )
+            run.outgoing = run.party.start()
+        except ProtocolError as exc:
+            run.error = exc
+        return run
+
+    def _close(self, run: _SumRun, record: RoundRecord) -> Sums | None:
+        """The sum a finished run released (``None``: it went to a client); its error, if it aborted."""
+        if run.party is not None:
+            for c, why in run.party.excluded.items():
+                record.excluded.setdefault(c, why)
+        if run.error is not None:
+            raise run.error
+        assert run.party is not None
+        result = run.party.result()
+        if run.dp is not None and result is not None:
+            result, report = run.dp.after_sum(
+                run.schema, result, run.party.survivors(), len(run.participants), run.round_index
+            )
+            record.privacy = report.to_dict()
+        return result
+
     # ------------------------------------------------------------------ one round ------------------------
 
-    def _round(self, rs: RoundState) -> tuple[RoundRecord, Mapping[str, torch.Tensor]]:
+    def _round(
+        self, rs: RoundState, due: _EvalDue | None
+    ) -> tuple[RoundRecord, Mapping[str, torch.Tensor], tuple[EvalRecord | None, bool]]:
+        """One round's steps: (the evaluation ``due``,) training and the round's sums; then the server step."""
         requests = list(self.algorithm.requests(rs))
-        ids = list(rs.clients)
-        size = broadcast_nbytes(rs.broadcast) if requests else 0
-        self.refused = {}
-        t0 = time.perf_counter()
-        replies = self._send("train", dict.fromkeys(ids, self._rs_body(rs)))
-        losses = [replies[c]["losses"][-1] for c in ids if c in replies and replies[c]["losses"]]
-        record = RoundRecord(
-            rs.phase,
-            rs.round,
-            rs.global_round,
-            ids,
-            float(np.mean(losses)) if losses else float("nan"),
-            dict.fromkeys(ids, 0),
-            dict.fromkeys(ids, size),
-            time.perf_counter() - t0,
-            0.0,
-            0.0,
-        )
-        for c in ids:
-            if c not in replies:
-                record.dropped[c] = "train: " + self.refused.get(c, "no reply")
-        trained = [c for c in ids if c in replies]
-        server_sums: dict[str, Sums] = {}
         for req in requests:
             if req.relay:
                 raise UnsupportedCombinationError(
                     f"sum {req.key!r} relays the recipient's sum to every contributor (O-pFGL's A.5 option); a "
                     "deployment does not carry relayed sums yet: use the option's default"
                 )
-            participants = [c for c in (req.participants or ids) if c in trained]
-            t1 = time.perf_counter()
+        ids = list(rs.clients)
+        size = broadcast_nbytes(rs.broadcast) if requests else 0
+        self.refused = {}
+        record = RoundRecord(
+            rs.phase,
+            rs.round,
+            rs.global_round,
+            ids,
+            float("nan"),
+            dict.fromkeys(ids, 0),
+            dict.fromkeys(ids, size),
+            0.0,
+            0.0,
+            0.0,
+        )
+        runs = [
+            self._open(
+                req.key,
+                req.schema,
+                [c for c in (req.participants or ids) if c in ids],
+                req.recipient,
+                rs.global_round,
+                record.bytes_up,
+                record.bytes_down,
+            )
+            for req in requests
+        ]
+        parts: dict[int, list[dict[str, Any]]] = {
+            c: [{"kind": "train", "body": self._rs_body(rs)}] for c in ids
+        }
+        eval_run = self._open_evaluation(due, parts) if due is not None else None
+        first, first_s, total_s = self._step(parts, runs + ([eval_run] if eval_run else []), record)
+        record.train_seconds, record.crypto_seconds = first_s, total_s - first_s
+        losses = [
+            first[c]["train"]["losses"][-1]
+            for c in ids
+            if c in first and first[c].get("train", {}).get("losses")
+        ]
+        record.loss = float(np.mean(losses)) if losses else float("nan")
+        outcome: tuple[EvalRecord | None, bool] = (None, False)
+        if due is not None and eval_run is not None:  # before the server step, as in the simulation
+            outcome = self._evaluated(due, eval_run, first, 0.0)
+        server_sums: dict[str, Sums] = {}
+        for req, run in zip(requests, runs, strict=True):
             try:
-                sums = self._aggregate(
-                    req.key, req.schema, participants, req.recipient, rs.global_round, record
-                )
+                sums = self._close(run, record)
             except ProtocolError as exc:
                 # Too few survivors (ThresholdError) or contributors (ReleaseRefusedError): the protocol released
                 # nothing; the round ends here with the broadcast unchanged and the run goes on.
@@ -360,113 +513,85 @@ class DeployedRun:
                 self.log(
                     f"round {rs.global_round}: sum {req.key!r} aborted cleanly ({type(exc).__name__}); nothing released"
                 )
-                return record, rs.broadcast
-            finally:
-                record.crypto_seconds += time.perf_counter() - t1
+                return record, rs.broadcast, outcome
             if req.recipient is None and sums is not None:
                 server_sums[req.key] = sums
         if server_sums:
             t2 = time.perf_counter()
             self.server.step(server_sums, requests, rs)
             record.server_seconds = time.perf_counter() - t2
-        return record, self.server.broadcast
-
-    def _aggregate(
-        self,
-        key: str,
-        schema: SumSchema,
-        participants: list[int],
-        recipient: int | None,
-        round_index: int,
-        record: RoundRecord,
-        up: dict[int, int] | None = None,
-        down: dict[int, int] | None = None,
-    ) -> Sums | None:
-        """Drive the protocol's server party; the clients' parties answer through the transport."""
-        up = record.bytes_up if up is None else up
-        down = record.bytes_down if down is None else down
-        if not participants:
-            raise ThresholdError(f"no client of the round is left to sum {key!r}")
-        # +dp: the wrapper's checks and accounting around the masking sum (the evaluation counts carry no noise).
-        dp = self.protocol if isinstance(self.protocol, DistributedDP) and key != EVAL_KEY else None
-        summed = schema
-        if dp is not None:
-            if recipient is not None:
-                raise UnsupportedCombinationError(
-                    f"sum {key!r} goes to client {recipient} (a designated-recipient sum); a deployment does not "
-                    "carry those under +dp yet"
-                )
-            dp.before_sum(schema, len(participants), round_index)
-            summed = dp.inner_schema(schema)
-        party = server_party(inner_protocol(self.protocol), summed, participants, round_index, recipient)
-        outgoing = party.start()
-        first = True
-        while outgoing is not None:
-            bodies = {
-                c: {"key": key, "stage": outgoing.stage, "payload": p, "first": first}
-                for c, p in outgoing.messages.items()
-            }
-            for c, p in outgoing.messages.items():
-                down[c] = down.get(c, 0) + len(p)
-            replies = self._send("proto", bodies)
-            first = False
-            ordered = []
-            for c in outgoing.messages:
-                payload = replies.get(c, {}).get("payload") if c in replies else None
-                if c not in replies:
-                    record.dropped.setdefault(c, f"{outgoing.stage}: " + self.refused.get(c, "no reply"))
-                if payload is not None:
-                    up[c] = up.get(c, 0) + len(payload)
-                    ordered.append((c, bytes(payload)))
-            try:
-                outgoing = party.handle(outgoing.stage, ordered)
-            except ProtocolError:
-                for c, why in party.excluded.items():
-                    record.excluded.setdefault(c, why)
-                raise
-        for c, why in party.excluded.items():
-            record.excluded.setdefault(c, why)
-        result = party.result()
-        if dp is not None and result is not None:
-            result, report = dp.after_sum(schema, result, party.survivors(), len(participants), round_index)
-            record.privacy = report.to_dict()
-        return result
+        return record, self.server.broadcast, outcome
 
     # ------------------------------------------------------------------ evaluation -----------------------
 
-    def _evaluate(
-        self,
-        rs: RoundState,
-        broadcast: Mapping[str, torch.Tensor],
-        record: RoundRecord,
-        *,
-        select: bool = True,
+    def _open_evaluation(self, due: _EvalDue, parts: dict[int, list[dict[str, Any]]]) -> _SumRun:
+        """Add the evaluation of ``due`` to each of its clients' parts (before their training); its sum."""
+        body = {**self._rs_body(due.rs), "eval_broadcast": dict(due.broadcast)}
+        for c in due.clients:
+            parts.setdefault(c, []).insert(0, {"kind": "eval", "body": body})
+        return self._open(
+            EVAL_KEY,
+            self.eval_schema,
+            list(due.clients),
+            None,
+            due.rs.global_round,
+            due.record.eval_bytes_up,
+            due.record.eval_bytes_down,
+        )
+
+    def _evaluate(self, due: _EvalDue) -> tuple[EvalRecord | None, bool]:
+        """Evaluate ``due`` in steps of its own (the last round of a phase, or every round under early stopping)."""
+        self.refused = {}
+        parts: dict[int, list[dict[str, Any]]] = {}
+        run = self._open_evaluation(due, parts)
+        first, _, total_s = self._step(parts, [run], due.record)
+        return self._evaluated(due, run, first, total_s)
+
+    def _evaluated(
+        self, due: _EvalDue, run: _SumRun, first: Mapping[int, Any], seconds: float
     ) -> tuple[EvalRecord | None, bool]:
         t0 = time.perf_counter()
-        ids = sorted(self.live)
-        body = {**self._rs_body(rs), "eval_broadcast": dict(broadcast)}
-        self.refused = {}
-        answered = sorted(self._send("eval", dict.fromkeys(ids, body)))
-        eval_rs = RoundState(rs.phase, rs.round, rs.global_round, tuple(answered), broadcast, rs.num_rounds)
         try:
-            sums = self._aggregate(
-                EVAL_KEY,
-                self.eval_schema,
-                answered,
-                None,
-                rs.global_round,
-                record,
-                record.eval_bytes_up,
-                record.eval_bytes_down,
-            )
+            sums = self._close(run, due.record)
         except ProtocolError as exc:
-            self.log(f"round {rs.global_round}: evaluation sum aborted cleanly ({type(exc).__name__})")
+            self.log(f"round {due.rs.global_round}: evaluation sum aborted cleanly ({type(exc).__name__})")
             return None, False
         if sums is None:
             raise TrainingError("the evaluation sum was not released to the server")
-        overall, improved = self.server.evaluated(sums, eval_rs, select=select)
+        answered = tuple(c for c in due.clients if c in first)
+        rs = due.rs
+        eval_rs = RoundState(rs.phase, rs.round, rs.global_round, answered, due.broadcast, rs.num_rounds)
+        overall, improved = self.server.evaluated(sums, eval_rs, select=due.select)
         ev = EvalRecord(rs.phase, rs.round, overall, [])
-        record.metrics = overall
-        record.eval_seconds = time.perf_counter() - t0
+        due.record.metrics = overall
+        due.record.eval_seconds = seconds + time.perf_counter() - t0
         self.result.evals.append(ev)
         return ev, improved
+
+
+@dataclass
+class _EvalDue:
+    """A round whose broadcast awaits evaluation: its state, broadcast and record, and who evaluates it."""
+
+    rs: RoundState
+    broadcast: Mapping[str, torch.Tensor]
+    record: RoundRecord
+    select: bool
+    clients: list[int] = field(default_factory=list)
+
+
+@dataclass
+class _SumRun:
+    """One sum in flight on the server: its party, the stage it waits on, where its bytes are counted."""
+
+    key: str
+    schema: SumSchema
+    participants: list[int]
+    up: dict[int, int]
+    down: dict[int, int]
+    party: ServerParty | None = None
+    dp: DistributedDP | None = None
+    round_index: int = 0
+    outgoing: Outgoing | None = None
+    first: bool = True
+    error: ProtocolError | None = None

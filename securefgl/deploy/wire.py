@@ -18,12 +18,14 @@ import torch
 
 from securefgl.errors import MalformedMessageError
 
-__all__ = ["VERSION", "Reply", "Request", "pack", "unpack"]
+__all__ = ["KINDS", "STEP_PARTS", "VERSION", "Reply", "Request", "pack", "unpack"]
 
 #: Frame format version.
-VERSION = 1
+VERSION = 2
 #: The request kinds a client half answers.
-KINDS = ("hello", "setup", "train", "eval", "local", "proto", "finish")
+KINDS = ("hello", "setup", "step", "finish")
+#: What a ``step`` request may ask before its protocol stages, in the order given.
+STEP_PARTS = ("eval", "train", "local")
 
 
 def pack(frame: dict[str, Any]) -> bytes:

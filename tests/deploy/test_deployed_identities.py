@@ -64,7 +64,7 @@ def test_signed_deployment_runs_the_consistency_round_and_matches_the_simulation
     ref = securefgl.run(_config(cora_root)).seeds[0]
     assert [r.metrics for r in got.rounds] == [r.metrics for r in ref.rounds]
     assert got.final is not None and got.final.overall == ref.final.overall
-    stages = {Request.from_bytes(b).body.get("stage") for _, b in transport.sent}
+    stages = {s["stage"] for _, b in transport.sent for s in Request.from_bytes(b).body.get("stages", [])}
     assert "consistency_check" in stages
 
 

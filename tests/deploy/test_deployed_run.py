@@ -19,14 +19,14 @@ from securefgl.deploy.wire import Reply, Request
 from securefgl.errors import MalformedMessageError
 
 
-def _config(data_root: str, clients: int = 5, rounds: int = 2) -> RunConfig:
+def _config(data_root: str, clients: int = 5, rounds: int = 2, protocol: str = "secagg+") -> RunConfig:
     # The simulation trains its clients as one batch sharing a dropout generator; a deployment trains each client
     # alone. Without dropout and with sequential training both compute the same thing to the bit.
     return RunConfig.from_mapping(
         {
             "dataset": {"name": "cora", "root": data_root},
             "partition": {"clients": clients},
-            "protocol": {"name": "secagg+"},
+            "protocol": {"name": protocol},
             "train": {"rounds": rounds, "batched": False},
             "model": {"dropout": 0.0},
             "output": {"save": False},
@@ -68,7 +68,11 @@ def test_replayed_messages_are_refused_on_both_sides(cora_root, tmp_path) -> Non
     halves = _halves(config, tmp_path)
     first = LoopbackTransport(halves)
     DeployedRun(config, 0, first).execute()
-    old_request = next(b for c, b in first.sent if c == 0 and Request.from_bytes(b).kind == "train")
+    old_request = next(
+        b
+        for c, b in first.sent
+        if c == 0 and any(p["kind"] == "train" for p in Request.from_bytes(b).body.get("parts", []))
+    )
     old_reply = next(b for c, b in first.received if c == 0 and Reply.from_bytes(b).seq > 2)
     second = DeployedRun(config, 0, LoopbackTransport(halves))
     second.execute()
@@ -88,28 +92,34 @@ class _DyingTransport(LoopbackTransport):
         self.victims, self.stage = victims, stage
         self.inputs: dict[int, dict] = {}
         self.killed = False
+        for c, half in self.halves.items():
+            half._stage = self._recording_stage(c, half._stage)
+
+    def _recording_stage(self, c, stage_fn):
+        """Keep client ``c``'s round-0 input of sum "main" as its party starts (it leaves ``pending`` then)."""
+
+        def stage(s):
+            if s["key"] == "main" and s.get("first") and c not in self.inputs:
+                self.inputs[c] = dict(self.halves[c].pending["main"].contribution)
+            return stage_fn(s)
+
+        return stage
 
     def exchange(self, requests, timeout=None):
-        for c, blob in requests.items():
+        for blob in requests.values():
             req = Request.from_bytes(blob)
-            if req.kind == "proto" and req.body["key"] == "main" and req.body.get("first"):
-                self.inputs.setdefault(c, dict(self.halves[c].pending["main"].contribution))  # round 0
-            if (
-                not self.killed
-                and req.kind == "proto"
-                and req.body["key"] == "main"
-                and req.body["stage"] == self.stage
-            ):
+            stages = [s["stage"] for s in req.body.get("stages", []) if s["key"] == "main"]
+            if not self.killed and self.stage in stages:
                 self.down |= self.victims
                 self.killed = True
         return super().exchange(requests, timeout)
 
 
 class _Recording(DeployedRun):
-    def _aggregate(self, key, schema, participants, recipient, round_index, record, up=None, down=None):
-        sums = super()._aggregate(key, schema, participants, recipient, round_index, record, up, down)
-        if key == "main":
-            self.released = getattr(self, "released", []) + [(tuple(participants), sums)]
+    def _close(self, run, record):
+        sums = super()._close(run, record)
+        if run.key == "main":
+            self.released = getattr(self, "released", []) + [(tuple(run.participants), sums)]
         return sums
 
 
@@ -180,3 +190,27 @@ def test_other_algorithms_deployed_are_bit_identical(cora_root, tmp_path, algori
     got = DeployedRun(config, 0, LoopbackTransport(_halves(config, tmp_path))).execute()
     assert [r.metrics for r in got.rounds] == [r.metrics for r in ref.rounds]
     assert got.final is not None and got.final.overall == ref.final.overall
+
+
+class _CountingTransport(LoopbackTransport):
+    """Counts the exchanges (one Flower message per client each) and the step kinds of each."""
+
+    def __init__(self, halves) -> None:
+        super().__init__(halves)
+        self.exchanges = 0
+
+    def exchange(self, requests, timeout=None):
+        self.exchanges += 1
+        return super().exchange(requests, timeout)
+
+
+@pytest.mark.parametrize(("protocol", "per_round"), [("secagg+", 4), ("plaintext", 1)])
+def test_a_round_costs_the_protocol_stages_and_nothing_more(cora_root, tmp_path, protocol, per_round) -> None:
+    """Training, the first stage of the sum and the evaluation of the last broadcast share one step: a secagg+
+    round is its four stages (advertise, share, masked input, unmask), a plaintext round its one upload."""
+    config = _config(cora_root, clients=3, rounds=3, protocol=protocol)
+    transport = _CountingTransport(_halves(config, tmp_path))
+    result = DeployedRun(config, 0, transport).execute()
+    assert len(result.evals) == 3  # every round is evaluated
+    # hello + setup + rounds * per_round + the last round's evaluation (per_round steps) + finish
+    assert transport.exchanges == 2 + 3 * per_round + per_round + 1
