@@ -7,6 +7,11 @@ algorithm's server step, evaluation from sums, best round, early stopping) with 
 party releases. It holds no dataset: the public facts of the federation come from the clients' hello replies,
 which must all agree.
 
+Every exchange is one ``step`` request per client (:meth:`DeployedRun._step`): the first of a round carries the
+evaluation of the last broadcast (when it is due and no early stopping can cut the phase), the training and the
+first stage of every sum of the round; each further one carries the next stage of every sum still in flight. A
+``secagg+`` round is four Flower messages per client, a ``plaintext`` round one.
+
 A client that does not answer a request within the transport's timeout (its SuperNode was killed, say), or that
 answers with an error, is a dropout from that point of the round: the protocol recovers above its threshold; below
 it the round is aborted (:class:`~securefgl.errors.ThresholdError` recorded on the round, nothing released, the
@@ -274,7 +279,7 @@ class DeployedRun:
         }
         rs = RoundState(phase.name, 0, self.global_round, tuple(ids), broadcast, 1)
         due = _EvalDue(rs, broadcast, rec, select=False, clients=ids) if phase.evaluate else None
-        runs = [self._open_evaluation(due, parts)] if due is not None else []
+        runs = [self._open_evaluation(due, parts, first=False)] if due is not None else []
         first, first_s, total_s = self._step(parts, runs, rec)
         rec.train_seconds = first_s if due is None else total_s
         losses = [first[c]["local"]["losses"][-1] for c in ids if c in first and first[c]["local"]["losses"]]
@@ -524,11 +529,15 @@ class DeployedRun:
 
     # ------------------------------------------------------------------ evaluation -----------------------
 
-    def _open_evaluation(self, due: _EvalDue, parts: dict[int, list[dict[str, Any]]]) -> _SumRun:
-        """Add the evaluation of ``due`` to each of its clients' parts (before their training); its sum."""
+    def _open_evaluation(
+        self, due: _EvalDue, parts: dict[int, list[dict[str, Any]]], *, first: bool = True
+    ) -> _SumRun:
+        """Add the evaluation of ``due`` to each of its clients' parts (``first``: before the others, as the
+        last round's evaluation precedes this round's training; else after, as a local phase's follows it)."""
         body = {**self._rs_body(due.rs), "eval_broadcast": dict(due.broadcast)}
         for c in due.clients:
-            parts.setdefault(c, []).insert(0, {"kind": "eval", "body": body})
+            own = parts.setdefault(c, [])
+            own.insert(0 if first else len(own), {"kind": "eval", "body": body})
         return self._open(
             EVAL_KEY,
             self.eval_schema,

@@ -73,7 +73,8 @@ def _watch(pid: int) -> None:
 
 
 def _peek(half: object, request: bytes) -> tuple[str, str]:
-    """``(kind, stage)`` of a request frame, for the log (``("?", "")`` when undecodable)."""
+    """``(kind, what)`` of a request frame, for the log: a step's parts and its sums' stages, e.g.
+    ``("step", "eval+train main:advertise_keys eval:advertise_keys")`` (``("?", "")`` when undecodable)."""
     from securefgl.deploy.wire import Request
     from securefgl.errors import MalformedMessageError
 
@@ -81,7 +82,9 @@ def _peek(half: object, request: bytes) -> tuple[str, str]:
         req = Request.from_bytes(request)
     except MalformedMessageError:
         return "?", ""
-    return req.kind, str(req.body.get("stage", ""))
+    parts = "+".join(str(p.get("kind")) for p in req.body.get("parts", []))
+    stages = [f"{s.get('key')}:{s.get('stage')}" for s in req.body.get("stages", [])]
+    return req.kind, " ".join([parts, *stages] if parts else stages)
 
 
 def serve(

@@ -77,6 +77,9 @@ class FedSprayClient:
     def client_steps(self, clients: Sequence[Client], rs: RoundState) -> dict[int, Any]:
         from securefgl.training.local_training import workspace_generator
 
+        if len(clients) > 1 and not self.setting.train.batched:
+            # train.batched=false: each client alone, the float order a deployed client (a batch of one) has
+            return {k: v for c in clients for k, v in self.client_steps([c], rs).items()}
         pack = self._pack(clients)
         enc, proxies = _unpack_broadcast(rs.broadcast)
         states = [c.state[_STATE] for c in clients]
@@ -102,6 +105,8 @@ class FedSprayClient:
         self, clients: Sequence[Client], broadcast: Broadcast, rs: RoundState
     ) -> dict[int, torch.Tensor]:
         """Every client's personalised GNN (eval mode) on its own graph."""
+        if len(clients) > 1 and not self.setting.train.batched:
+            return {k: v for c in clients for k, v in self.evaluate([c], broadcast, rs).items()}
         pack = self._pack(clients)
         keys = list(clients[0].state[_STATE].gnn)
         params = {k: to_math_layout(k, torch.stack([c.state[_STATE].gnn[k] for c in clients])) for k in keys}
