@@ -483,15 +483,20 @@ def opfgl_rows(records: Sequence[dict[str, Any]]) -> list[str]:
             runs = sec + pla
             lines.append(
                 f"| {ds} | {part} ({where}) | {names.get(method, method)} | "
-                f"{f'{target[0]:.2f} ± {target[1]:.2f}' if target else '-'} | {_pop(vals(sec, 'test_acc'))} | "
+                f"{_paper(target, 0)} | {_pop(vals(sec, 'test_acc'))} | "
                 f"{_pop(vals(pla, 'test_acc'))} | {diff} | {within} | "
-                f"{f'{target[2]:.2f} ± {target[3]:.2f}' if target else '-'} | {_pop(vals(sec, 'test_f1'))} | "
+                f"{_paper(target, 2)} | {_pop(vals(sec, 'test_f1'))} | "
                 f"{_pop(vals(pla, 'test_f1'))} | {_seeds(sec, pla)} | "
                 f"{statistics.fmean(r['seconds'] for r in runs):.0f} | `{rec['_file']}` |"
             )
         total = sum(r["seconds"] for cell in rec["cells"] for r in cell["runs"])
         lines += ["", f"Run time of `{rec['_file']}`: {total / 60:.0f} min in all, on: {rec['machine']}."]
     return lines
+
+
+def _paper(target: Sequence[float] | None, i: int) -> str:
+    """The paper's mean ± std at ``target[i], target[i + 1]`` (accuracy at 0, F1 at 2); ``-`` without one."""
+    return f"{target[i]:.2f} ± {target[i + 1]:.2f}" if target else "-"
 
 
 def _seeds(sec: Sequence[dict[str, Any]], pla: Sequence[dict[str, Any]]) -> str:
@@ -563,9 +568,9 @@ def fedspray_rows(records: Sequence[dict[str, Any]]) -> list[str]:
             where = "O-pFGL's own partition (reference replay)" if ref else f"ours, partition seed {seed}"
             lines.append(
                 f"| {ds} | {part} ({where}) | {rounds} ({preset}) | "
-                f"{f'{target[0]:.2f} ± {target[1]:.2f}' if target else '-'} | {_pop(vals(sec, 'test_acc'))} | "
+                f"{_paper(target, 0)} | {_pop(vals(sec, 'test_acc'))} | "
                 f"{_pop(vals(pla, 'test_acc'))} | {diff} | {within} | "
-                f"{f'{target[2]:.2f} ± {target[3]:.2f}' if target else '-'} | {_pop(vals(sec, 'test_f1'))} | "
+                f"{_paper(target, 2)} | {_pop(vals(sec, 'test_f1'))} | "
                 f"{_pop(vals(sec, 'test_acc', alt))} | {_seeds(sec, pla)} | "
                 f"{statistics.fmean(r['seconds'] for r in runs):.0f} | `{rec['_file']}` |"
             )
