@@ -21,6 +21,10 @@ The ``packed`` layout keeps the caller's order and pads nothing (client ``k`` ow
 node (FedSpray's per-node proxies), whose per-client weights are multiplied through the block-diagonal
 feature matrix (:meth:`GraphBatch.features`) or by :meth:`GraphBatch.segment_matmul`.
 
+The ``padded`` layout keeps the caller's order and pads every graph to the largest one (one bucket), so
+that the rows reshape to ``(K, N_max, .)``: the layout of algorithms with dense per-client pairwise terms
+(AdaFGL's learnable message passing over all ``N_k x N_k`` node pairs).
+
 Every sparse product goes through :class:`~securefgl.training.sparse.SparseOperator`; one client alone
 is a batch of one, so a deployment's client runs exactly the code the simulation runs.
 
@@ -92,6 +96,7 @@ class GraphBatch:
         row_client: ``(P,)`` batch position owning each padded row.
         masks: ``name -> (P,)`` boolean masks (train/val/test), false on padding rows.
         packed: The ``packed`` layout (caller's order, no padding rows).
+        padded: The ``padded`` layout (caller's order, every graph padded to the largest, one bucket).
     """
 
     order: list[int]
@@ -105,6 +110,7 @@ class GraphBatch:
     row_client: Tensor
     masks: dict[str, Tensor]
     packed: bool = False
+    padded: bool = False
     _cache: dict[Any, Any] = field(default_factory=dict, repr=False)
     grad_sink: GradSink | None = field(default=None, repr=False)
 
@@ -129,8 +135,9 @@ class GraphBatch:
 
         Args:
             graphs: The client graphs (all on one device, same feature width).
-            layout: ``"bucketed"`` (largest first, padded into buckets for ``bmm``) or ``"packed"``
-                (caller's order, no padding).
+            layout: ``"bucketed"`` (largest first, padded into buckets for ``bmm``), ``"packed"``
+                (caller's order, no padding) or ``"padded"`` (caller's order, one bucket padded to the
+                largest graph).
             mask_names: Boolean node masks to carry over where present (false for a graph without one).
             bucket_overhead: Cost of one more bucket in padded rows (default: 2% of all nodes + 32).
 
@@ -139,8 +146,8 @@ class GraphBatch:
         """
         if not graphs:
             raise ValueError("GraphBatch needs at least one graph")
-        if layout not in ("bucketed", "packed"):
-            raise ValueError(f"unknown layout {layout!r}; valid: 'bucketed', 'packed'")
+        if layout not in ("bucketed", "packed", "padded"):
+            raise ValueError(f"unknown layout {layout!r}; valid: 'bucketed', 'packed', 'padded'")
         widths = sorted({int(g.x.size(1)) for g in graphs})
         if len(widths) != 1:
             raise ValueError(f"graphs have features of different widths {widths}; expected one width")
@@ -148,6 +155,10 @@ class GraphBatch:
         if layout == "packed":
             order = list(range(len(graphs)))
             buckets, starts = _packed_buckets(num_nodes)
+        elif layout == "padded":
+            order = list(range(len(graphs)))
+            pad = max(max(num_nodes), 1)
+            buckets, starts = [(0, len(graphs), pad, 0)], [k * pad for k in range(len(graphs))]
         else:
             order = sorted(range(len(graphs)), key=lambda i: (-num_nodes[i], i))
             total = sum(num_nodes)
@@ -188,11 +199,34 @@ class GraphBatch:
             row_client=row_client,
             masks=masks,
             packed=layout == "packed",
+            padded=layout == "padded",
         )
 
     def segments(self) -> list[tuple[int, int]]:
-        """``(first, end)`` real rows of every batch position (contiguous in both layouts)."""
+        """``(first, end)`` real rows of every batch position (contiguous in every layout)."""
         return self.cached("segments", lambda: _segments(self.buckets, self.sizes))
+
+    def join(self, per_graph: Sequence[Tensor]) -> Tensor:
+        """Per-node tensors of every graph (caller's order, ``(N_k, ...)`` each) as ``(P, ...)`` rows, zero on
+        padding rows: the inverse of :meth:`split`."""
+        first = per_graph[0]
+        out = first.new_zeros((self.num_rows, *first.shape[1:]))
+        real = torch.cat([per_graph[gi] for gi in self.order])
+        return out.index_copy(0, self.rows, real)
+
+    def block_operator(self, matrices: Sequence[Tensor], *, storage: str = "csr") -> SparseOperator:
+        """The block-diagonal :class:`SparseOperator` of per-graph sparse ``(N_k, N_k)`` matrices (caller's
+        order) over the padded rows: a per-client operator other than the graph's own adjacency (AdaFGL's
+        corrected, smoothed topology). ``storage``: see :mod:`securefgl.training.sparse`."""
+        rows, cols, vals = [], [], []
+        for b, gi in enumerate(self.order):
+            start = self.segments()[b][0]
+            m = matrices[gi].coalesce()
+            rows.append(m.indices()[0] + start)
+            cols.append(m.indices()[1] + start)
+            vals.append(m.values())
+        shape = (self.num_rows, self.num_rows)
+        return SparseOperator.build(torch.cat(rows), torch.cat(cols), torch.cat(vals), shape, storage=storage)
 
     def client_sum(self, values: Tensor) -> Tensor:
         """Per batch position, the sum of a per-row quantity: ``(P, ...) -> (K, ...)`` (padding rows must be 0)."""
@@ -290,10 +324,10 @@ class GraphBatch:
             pos += self.sizes[b]
         return res
 
-    # ---------------------------------------------------------------- feature views (packed layout) -----
+    # ---------------------------------------------------------------- feature views ----------------------
 
     def sparse_features(
-        self, sparse: bool | None = None
+        self, sparse: bool | None = None, storage: str = "csr"
     ) -> tuple[SparseOperator | None, SparseOperator | None]:
         r"""``(shared, block)`` sparse forms of ``x``, or ``(None, None)`` to multiply it densely (cached).
 
@@ -301,7 +335,7 @@ class GraphBatch:
         block-diagonal :math:`\mathrm{blockdiag}(X_1, \dots, X_K) \in R^{P \times KF}`, whose product
         with the stacked per-client weights reshaped to :math:`(KF, H)` is every client's ``X_k W_k`` at
         once. Their entries are in the same order. ``sparse=None`` decides from the density (below
-        :data:`SPARSE_DENSITY`).
+        :data:`SPARSE_DENSITY`); ``storage``: see :mod:`securefgl.training.sparse`.
         """
 
         def make() -> tuple[SparseOperator | None, SparseOperator | None]:
@@ -311,15 +345,24 @@ class GraphBatch:
             if not use:
                 return None, None
             vals = self.x[nz]
-            shared = SparseOperator.build(nz[0], nz[1], vals, (n, f))
+            shared = SparseOperator.build(nz[0], nz[1], vals, (n, f), storage=storage)
             block_col = nz[1] + self.row_client[nz[0]] * f
-            return shared, SparseOperator.build(nz[0], block_col, vals, (n, self.num_graphs * f))
+            block = SparseOperator.build(nz[0], block_col, vals, (n, self.num_graphs * f), storage=storage)
+            return shared, block
 
-        return self.cached(("sparse_features", sparse), make)
+        return self.cached(("sparse_features", sparse, storage), make)
 
-    def features(self, p: float = 0.0, generator: torch.Generator | None = None) -> Features:
-        """The input features ready for linear maps, with inverted dropout of rate ``p`` on their entries."""
-        shared, block = self.sparse_features()
+    def features(
+        self,
+        p: float = 0.0,
+        generator: torch.Generator | None = None,
+        *,
+        sparse: bool | None = None,
+        storage: str = "csr",
+    ) -> Features:
+        """The input features ready for linear maps, with inverted dropout of rate ``p`` on their entries;
+        ``sparse`` and ``storage`` as in :meth:`sparse_features`."""
+        shared, block = self.sparse_features(sparse, storage)
         if p == 0.0:
             return Features(self, self.x, shared, block)
         if shared is None or block is None:
@@ -403,7 +446,9 @@ class Features:
             return self.block @ w.reshape(-1, w.shape[-1])
         if self.dense is None:  # pragma: no cover - one of the two representations always exists
             raise ValueError("Features hold neither a dense nor a sparse representation")
-        return self.batch.segment_matmul(self.dense, w)
+        if self.batch.packed:
+            return self.batch.segment_matmul(self.dense, w)
+        return self.batch.linear(self.dense, w.transpose(1, 2))
 
 
 class GradSink:

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from securefgl.algorithms.adafgl import ABLATIONS, AdaFGLOptions, ablation_options
+from securefgl.algorithms.adafgl._batched import BatchClient, train_local_batched
 from securefgl.algorithms.adafgl._local import client_homophily_report, local_personalization
 from securefgl.algorithms.adafgl._topology import (
     _strict_argmax_correct,
@@ -27,9 +28,9 @@ from securefgl.algorithms.adafgl.model import (
     LearnableMessagePassing,
     LocalStepOptions,
     PReLUMLP,
+    SmoothedFeatures,
     _scale_signed,
     combine_predictions,
-    train_local,
 )
 from securefgl.errors import ConfigError, NonFiniteError
 
@@ -468,24 +469,35 @@ def test_local_personalization_large_client_path_matches_semantics():
     assert res.similarity_edges <= 2 * 30 * 5
 
 
+def _batch_client(x, y, masks, p0, p_hat, hcs, *, cid=0, seed=0, hops=3):
+    """A step-2 client over a path-like smoothing operator (the learned part is what these tests check)."""
+    n = x.size(0)
+    op = sym_normalize(adjacency(_undirected([(i, i + 1) for i in range(n - 1)]), n))
+    return BatchClient(
+        id=cid,
+        x=x,
+        feats=SmoothedFeatures(x, op, hops),
+        p0=p0,
+        p_hat=p_hat,
+        target=p_hat,
+        y=y,
+        masks=masks,
+        hcs=hcs,
+        init_generator=_gen(seed),
+    )
+
+
 def test_train_local_raises_on_non_finite_loss():
     x, ei, y, masks = _toy_client(n=10)
     x[0, 0] = float("nan")
     p_hat = torch.full((10, 2), 0.5)
-    with pytest.raises(NonFiniteError, match="client 3"):
-        train_local(
-            x,
-            torch.cat([x] * 4, 1),
-            None,
-            p_hat,
-            p_hat,
-            y,
-            masks,
-            0.5,
+    client = _batch_client(x, y, masks, None, p_hat, 0.5, cid=3)
+    with pytest.raises(NonFiniteError, match=r"client\(s\) \[3\] at epoch 1"):
+        train_local_batched(
+            [client],
             LocalStepOptions(epochs=2, hidden=4, message_passing=False),
             num_classes=2,
             generator=_gen(),
-            client=3,
         )
 
 
@@ -494,18 +506,83 @@ def test_hard_switch_trains_one_module_only():
     # threshold the prediction cannot depend on P-hat (it only enters the homophilous module); above it,
     # it does.
     x, ei, y, masks = _toy_client(n=20)
-    xs = torch.cat([x] * 4, 1)
     p_a = torch.full((20, 2), 0.5)
     p_b = torch.softmax(torch.randn(20, 2, generator=_gen(9)), dim=1)
     opts = LocalStepOptions(epochs=3, hidden=4, combine="hard")
 
     def run(hcs: float, p_hat: torch.Tensor) -> torch.Tensor:
-        return train_local(
-            x, xs, torch.zeros(20, 20), p_hat, p_a, y, masks, hcs, opts, num_classes=2, generator=_gen()
-        ).probs
+        client = _batch_client(x, y, masks, torch.zeros(20, 20), p_hat, hcs)
+        client.target = p_a
+        (out,) = train_local_batched([client], opts, num_classes=2, generator=_gen())
+        return out.probs
 
     assert torch.equal(run(0.5, p_a), run(0.5, p_b))
     assert not torch.allclose(run(0.95, p_a), run(0.95, p_b))
+
+
+def _p0(n: int, seed: int, sparse: bool, full_support: bool = False) -> torch.Tensor:
+    p0 = (torch.rand(n, n, generator=_gen(seed)) > 0.6).float()
+    p0 = ((p0 + p0.T) > 0).float() * (1 - torch.eye(n)) * 0.5
+    if not sparse:
+        return p0
+    idx = torch.ones(n, n).nonzero().T if full_support else p0.nonzero().T
+    return torch.sparse_coo_tensor(idx, p0[idx[0], idx[1]], (n, n)).coalesce()
+
+
+@pytest.mark.parametrize("sparse_p0", [False, True])
+@pytest.mark.parametrize(
+    "overrides",
+    [{}, {"he_input": "H_tilde", "compat_c1_scaling": True}, {"feature_embedding": False}],
+)
+def test_batched_forward_equals_the_one_client_model(overrides, sparse_p0):
+    """The stacked forward pass of a batch computes, for every client, the forward pass of that client's
+    :class:`AdaFGLLocalModel` (the readable definition), with dense or sparse (large-client) message passing."""
+    from securefgl.algorithms.adafgl import _batched
+
+    opts = LocalStepOptions(hidden=8, dropout=0.0, **overrides)
+    clients = []
+    for i, n in enumerate((12, 9, 15)):
+        x, _, y, masks = _toy_client(n=n, seed=i)
+        x = torch.where(x.abs() < 0.4, torch.zeros_like(x), x)
+        p_hat = torch.softmax(torch.randn(n, 2, generator=_gen(20 + i)), dim=1)
+        clients.append(_batch_client(x, y, masks, _p0(n, 30 + i, sparse_p0), p_hat, 0.5, cid=i, seed=i))
+    st = _batched._stack_models(clients, opts, 6, 2)
+    b = _batched._Batch(clients)
+    pad = _batched._pad_inputs(clients, b, opts)
+    out = _batched._forward(st, b, pad.p0, False, None)
+    for k, c in enumerate(clients):
+        model = _batched._local_model(6, 2, opts, _gen(k)).eval()
+        ref = model(c.x, c.feats, c.p0)
+        assert set(ref) == set(out)
+        for name, logits in ref.items():
+            assert torch.allclose(out[name][k, : c.x.size(0)], logits, atol=1e-5), (name, k)
+
+
+def test_large_clients_message_passing_on_full_support_equals_dense():
+    """Sparse message passing over every pair (the large-client path) trains like the dense one."""
+    opts = LocalStepOptions(epochs=4, hidden=8, dropout=0.0)
+    results = {}
+    for sparse in (False, True):
+        clients = []
+        for i, n in enumerate((14, 10)):
+            x, _, y, masks = _toy_client(n=n, seed=i)
+            p_hat = torch.softmax(torch.randn(n, 2, generator=_gen(20 + i)), dim=1)
+            p0 = _p0(n, 30 + i, sparse, full_support=True)
+            clients.append(_batch_client(x, y, masks, p0, p_hat, 0.6, cid=i, seed=i))
+        results[sparse] = train_local_batched(clients, opts, num_classes=2, generator=None)
+    for dense, sparse in zip(results[False], results[True], strict=True):
+        assert torch.allclose(dense.probs, sparse.probs, atol=1e-5)
+        assert dense.best_epoch == sparse.best_epoch
+
+
+def test_a_batch_mixing_dense_and_sparse_message_passing_is_refused():
+    x, _, y, masks = _toy_client(n=8)
+    p_hat = torch.full((8, 2), 0.5)
+    clients = [
+        _batch_client(x, y, masks, _p0(8, 1, sparse), p_hat, 0.5, cid=i) for i, sparse in enumerate((0, 1))
+    ]
+    with pytest.raises(ConfigError, match=r"all dense or all sparse, got \['dense', 'sparse'\]"):
+        train_local_batched(clients, LocalStepOptions(epochs=1, hidden=4), num_classes=2, generator=None)
 
 
 def test_homophily_report_undefined_values_are_none():
@@ -747,7 +824,7 @@ def test_end_to_end_injected_heterophily_beats_fedavg_extractor():
     ],
 )
 def test_batched_step2_equals_one_client_path(overrides, sparse_x):
-    """Without dropout, training the clients together gives each client's own result.
+    """Without dropout, training the clients together gives each client's result trained alone (a batch of one).
 
     (Adam turns float rounding of near-zero gradients into lr-sized steps, so after many epochs the two
     paths drift apart by rounding alone; a few epochs with a tight tolerance check the semantics.)

@@ -3,9 +3,10 @@
 Files: ``options.py`` (:class:`AdaFGLOptions`, phase names, ablations), ``schema.py`` (what step 1
 sums), ``client.py`` (the client half, :class:`AdaFGLClient`: step 1's local training and step 2),
 ``server.py`` (the server half, :class:`AdaFGLServer`: FedAvg's server step and the kept extractor),
-``model.py`` (step 2's models and training loop), ``algorithm.py`` (the registered :class:`AdaFGL`).
-Private step-2 helpers of the client half: ``_local.py`` (one client end to end), ``_batched.py`` (many
-clients at once), ``_topology.py`` (topology correction, smoothing, HCS).
+``model.py`` (step 2's model of one client), ``algorithm.py`` (the registered :class:`AdaFGL`).
+Private step-2 helpers of the client half: ``_local.py`` (one client end to end), ``_batched.py`` (the
+training loop, over a batch of clients on the shared :mod:`securefgl.training` stack; one client is a batch
+of one), ``_topology.py`` (topology correction, smoothing, HCS).
 """
 
 from __future__ import annotations

@@ -1,23 +1,26 @@
-"""AdaFGL step 2 for many clients at once: the same per-client training, batched over clients.
+r"""AdaFGL step 2's training loop, over a batch of clients (one client trains as a batch of one).
 
 Private helper of :mod:`securefgl.algorithms.adafgl` (client side). Each client keeps its own model,
-optimiser state, HCS and best-validation epoch; only the arithmetic is batched, as in
-:mod:`securefgl.training.local_training`:
+optimiser state, HCS and best-validation epoch; only the arithmetic is batched, on the training stack of
+:mod:`securefgl.training` that every algorithm's client half uses:
 
-* the per-client models of :class:`~securefgl.algorithms.adafgl.model.AdaFGLLocalModel` are initialised
-  exactly as the one-client path does (same generator, same order) and their parameters stacked into
-  ``(K, ...)`` leaves;
-* nodes of all clients form one padded batch ``(K, n_max, .)``; the smoothed-feature first layers use one
-  bag-sum over client-offset feature ids and one block-diagonal propagation; the MLP tails and the dense
-  learnable message passing use ``bmm`` with per-client masks for the mean and max of eq. (11);
+* the per-client models of :class:`~securefgl.algorithms.adafgl.model.AdaFGLLocalModel` (the readable
+  one-client definition; tests check the batched forward against it) are initialised from each client's
+  own generator and their parameters stacked into ``(K, ...)`` leaves, stepped by one
+  :class:`~securefgl.training.optim.StackedOptimizer` (Adam on the stack equals one Adam per client);
+* the clients' nodes are one :class:`~securefgl.training.batched.GraphBatch` in the ``padded`` layout
+  ``(K, n_max, .)``; the smoothed-feature first layers are one block-diagonal sparse product of the
+  features and one block-diagonal propagation (:class:`~securefgl.training.sparse.SparseOperator` in its
+  ``bag`` and ``coo`` storages: see that module); the MLP tails and the dense learnable message passing use ``bmm`` with
+  per-client masks for the mean and max of eq. (11); large clients (sparse :math:`\tilde P^{(0)}`) pass
+  messages on their support only, with per-client segment means and maxima;
 * the objective is the sum of the clients' losses, so each client's slice of a stacked gradient is its
-  own gradient, and Adam (element-wise) on the stacked leaves equals one Adam per client.
+  own gradient.
 
 Clients never see each other's data in any sense that matters for privacy: this is a simulation speed-up
 of K independent local computations (nothing here is sent anywhere). Dropout masks are drawn from one
-generator for the whole batch (the convention of :mod:`securefgl.training`), so with dropout the
-random stream differs from the one-client path; with ``dropout=0`` both paths agree to float tolerance
-(tested).
+generator for the whole batch (the convention of :mod:`securefgl.training`), so with dropout the random
+stream depends on the batch; with ``dropout=0`` a client's result does not depend on its batch (tested).
 
 Shapes: ``K`` clients, ``n_k`` nodes of client ``k``, ``n_max = max_k n_k``, ``F`` features, ``C`` classes,
 ``h`` hidden width, ``K_p`` hops.
@@ -31,18 +34,21 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from torch_geometric.data import Data
 
 from securefgl.algorithms.adafgl.model import (
     _EPS,
+    SPARSE_MAX_DENSITY,
     AdaFGLLocalModel,
     LocalOutcome,
     LocalStepOptions,
     SmoothedFeatures,
-    _adam,
     _dropout,
     _local_model,
 )
 from securefgl.errors import ConfigError, NonFiniteError
+from securefgl.training.batched import GraphBatch
+from securefgl.training.optim import StackedOptimizer
 
 __all__ = ["BatchClient", "train_local_batched"]
 
@@ -88,9 +94,7 @@ class _Stacked:
         def stack(name: str, tensors: list[torch.Tensor]) -> None:
             self.params[name] = torch.stack([t.detach() for t in tensors]).clone().requires_grad_(True)
 
-        # Packed smoothed-input weight (F, k1 H) per client -> (K F, k1 H) for the client-offset bag-sum.
-        stack("in.w", [m.inputs.weight for m in models])
-        self.params["in.w"] = self.params["in.w"].detach().reshape(self.k * self.f, -1).requires_grad_(True)
+        stack("in.w", [m.inputs.weight for m in models])  # (K, F, k1 H): every hop's input weight
         stack("in.b", [m.inputs.bias for m in models])
 
         def stack_tail(prefix: str, tails: list) -> None:
@@ -102,8 +106,7 @@ class _Stacked:
         stack_tail("ho", [m.ho for m in models])
         stack_tail("he", [m.he for m in models])
         if self.has_feat:
-            stack("f.w", [m.feat.first.weight.T for m in models])  # (F, h)
-            self.params["f.w"] = self.params["f.w"].detach().reshape(self.k * self.f, -1).requires_grad_(True)
+            stack("f.w", [m.feat.first.weight.T for m in models])  # (K, F, h)
             stack("f.b", [m.feat.first.bias for m in models])
             stack_tail("f", [m.feat.tail for m in models])
         if self.has_msg:
@@ -127,73 +130,92 @@ class _Stacked:
 
 
 class _Batch:
-    """Index bookkeeping of K clients' nodes: concatenated order <-> padded ``(K, n_max)`` order."""
+    """K clients' nodes as one :class:`~securefgl.training.batched.GraphBatch` in the ``padded`` layout.
 
-    def __init__(self, clients: Sequence[BatchClient], num_features: int) -> None:
-        dev = clients[0].x.device
-        self.k = len(clients)
-        self.sizes = [int(c.x.size(0)) for c in clients]
-        self.n_max = max(self.sizes)
-        self.f = num_features
-        k_of = torch.cat(
-            [torch.full((n,), k, dtype=torch.long, device=dev) for k, n in enumerate(self.sizes)]
-        )
-        local = torch.cat([torch.arange(n, device=dev) for n in self.sizes])
-        self.pad_index = k_of * self.n_max + local  # concatenated node -> flat padded row
-        self.valid = torch.zeros(self.k * self.n_max, dtype=torch.bool, device=dev)
-        self.valid[self.pad_index] = True
-        self.valid = self.valid.view(self.k, self.n_max)
-        self.counts = torch.tensor(self.sizes, dtype=torch.float32, device=dev)
-        # Block-diagonal smoothing operator over the concatenated nodes.
-        offs = [0]
-        for n in self.sizes[:-1]:
-            offs.append(offs[-1] + n)
-        idx, val = [], []
-        for c, o in zip(clients, offs, strict=True):
-            op = c.feats.operator.coalesce()
-            idx.append(op.indices() + o)
-            val.append(op.values())
-        total = sum(self.sizes)
-        self.operator = torch.sparse_coo_tensor(
-            torch.cat(idx, 1), torch.cat(val), (total, total), check_invariants=False
-        ).coalesce()
-        # Feature bags with client-offset feature ids (row-major over the concatenated nodes).
-        x_all = torch.cat([c.x for c in clients])
-        nz = x_all != 0
-        density = float(nz.sum()) / max(1, x_all.numel())
-        self.bags: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
-        self.x_pad: torch.Tensor | None = None
-        if density <= 0.3:
-            rows, cols = nz.nonzero(as_tuple=True)
-            counts = torch.bincount(rows, minlength=total)
-            self.bags = (
-                cols + k_of[rows] * num_features,
-                torch.cumsum(counts, 0) - counts,
-                x_all[rows, cols],
+    Row ``k * n_max + i`` is node ``i`` of client ``k``, so every per-node ``(P, d)`` result reshapes to
+    ``(K, n_max, d)``; the clients' smoothing operators form one block-diagonal
+    :class:`~securefgl.training.sparse.SparseOperator` and their features one
+    :class:`~securefgl.training.batched.Features` (the block-diagonal sparse product of bag-of-words
+    features, or a ``bmm`` for dense ones).
+    """
+
+    def __init__(self, clients: Sequence[BatchClient]) -> None:
+        empty = torch.zeros(2, 0, dtype=torch.long, device=clients[0].x.device)
+        graphs = [
+            Data(
+                x=c.x,
+                edge_index=empty,
+                y=c.y.long(),
+                train_mask=c.masks[0],
+                val_mask=c.masks[1],
+                test_mask=c.masks[2],
             )
-        else:
-            self.x_pad = self.pad(x_all)
+            for c in clients
+        ]
+        self.graph = GraphBatch.from_graphs(graphs, layout="padded")
+        self.k = len(clients)
+        self.sizes = list(self.graph.sizes)
+        self.n_max = self.graph.buckets[0][2]
+        valid = torch.zeros(self.graph.num_rows, dtype=torch.bool, device=self.graph.device)
+        valid[self.graph.rows] = True
+        self.valid = valid.view(self.k, self.n_max)
+        self.counts = torch.tensor(self.sizes, dtype=torch.float32, device=self.graph.device)
+        # COO and bag: the kernels AdaFGL's reproduction figures were measured with (securefgl.training.sparse)
+        self.operator = self.graph.block_operator([c.feats.operator for c in clients], storage="coo")
+        # sparse products exactly where SmoothedFeatures would use them (density at most 0.3 over real nodes)
+        nnz = sum(int(torch.count_nonzero(c.x)) for c in clients)
+        density = nnz / max(1, sum(self.sizes) * int(clients[0].x.size(1)))
+        self.features = self.graph.features(sparse=density <= SPARSE_MAX_DENSITY, storage="bag")
 
-    def pad(self, t: torch.Tensor) -> torch.Tensor:
-        """Concatenated ``(sum n_k, d)`` -> padded ``(K, n_max, d)`` (zeros in the padding)."""
-        out = t.new_zeros(self.k * self.n_max, *t.shape[1:])
-        out = out.index_copy(0, self.pad_index, t)
-        return out.view(self.k, self.n_max, *t.shape[1:])
+    def view(self, rows: torch.Tensor) -> torch.Tensor:
+        """``(P, ...)`` rows -> ``(K, n_max, ...)``."""
+        return rows.view(self.k, self.n_max, *rows.shape[1:])
 
     def pad_list(self, ts: Sequence[torch.Tensor]) -> torch.Tensor:
-        return self.pad(torch.cat(list(ts)))
+        """Per-client ``(n_k, ...)`` tensors -> padded ``(K, n_max, ...)`` (zeros in the padding)."""
+        return self.view(self.graph.join(list(ts)))
 
     def xw(self, weight: torch.Tensor) -> torch.Tensor:
-        """``X_k W_k`` for every client, concatenated: ``weight`` is ``(K F, d)`` (client-major rows)."""
-        if self.bags is not None:
-            cols, offsets, vals = self.bags
-            return F.embedding_bag(cols, weight, offsets, mode="sum", per_sample_weights=vals)
-        w = weight.view(self.k, self.f, -1)
-        return torch.bmm(self.x_pad, w).view(self.k * self.n_max, -1)[self.pad_index]
+        """``X_k W_k`` for every client as ``(P, d)`` rows; ``weight`` is ``(K, F, d)``."""
+        return self.features.linear(weight)
+
+
+@dataclass
+class _Support:
+    r"""The large-client message passing: :math:`\tilde P^{(0)}`'s pattern plus the diagonal, as entries over
+    the padded rows (block-diagonal: no entry joins two clients)."""
+
+    row: torch.Tensor  # (E,)
+    col: torch.Tensor  # (E,)
+    p0: torch.Tensor  # (E,) values of P~(0) (0 on the added diagonal)
+    client: torch.Tensor  # (E,) batch position of each entry
+    diag: torch.Tensor  # (E,) bool
+    counts: torch.Tensor  # (K,) entries per client
+
+    @classmethod
+    def build(cls, clients: Sequence[BatchClient], b: _Batch) -> _Support:
+        rows, cols, vals = [], [], []
+        for k, c in enumerate(clients):
+            n, start = b.sizes[k], k * b.n_max
+            p0 = c.p0.coalesce()  # type: ignore[union-attr]
+            diag = torch.arange(n, device=p0.device).repeat(2, 1)
+            sup = torch.sparse_coo_tensor(
+                torch.cat([p0.indices(), diag], 1),
+                torch.cat([p0.values().float(), torch.zeros(n, device=p0.device)]),
+                (n, n),
+                check_invariants=False,
+            ).coalesce()
+            rows.append(sup.indices()[0] + start)
+            cols.append(sup.indices()[1] + start)
+            vals.append(sup.values())
+        row, col = torch.cat(rows), torch.cat(cols)
+        client = b.graph.row_client[row]
+        counts = torch.bincount(client, minlength=b.k).float()
+        return cls(row, col, torch.cat(vals), client, row == col, counts)
 
 
 def _forward(
-    st: _Stacked, b: _Batch, p0: torch.Tensor | None, training: bool, gen: torch.Generator | None
+    st: _Stacked, b: _Batch, p0: torch.Tensor | _Support | None, training: bool, gen: torch.Generator | None
 ) -> dict[str, torch.Tensor]:
     p = st.params
     k1 = st.k1
@@ -201,12 +223,12 @@ def _forward(
     z = b.xw(p["in.w"]).view(-1, k1, total_h)
     r = z[:, k1 - 1]
     for k in range(k1 - 2, -1, -1):
-        r = torch.sparse.mm(b.operator, r) + z[:, k]
-    h1 = b.pad(r) + p["in.b"].unsqueeze(1)  # (K, n_max, H)
+        r = b.operator @ r + z[:, k]
+    h1 = b.view(r) + p["in.b"].unsqueeze(1)  # (K, n_max, H)
     parts = dict(zip(st.widths, h1.split(list(st.widths.values()), dim=2), strict=True))
     out = {"ho": st.tail("ho", parts["ho"], training, gen), "he": st.tail("he", parts["he"], training, gen)}
     if st.has_feat:
-        hf = b.pad(b.xw(p["f.w"])) + p["f.b"].unsqueeze(1)
+        hf = b.view(b.xw(p["f.w"])) + p["f.b"].unsqueeze(1)
         out["f"] = st.tail("f", hf, training, gen)
     if st.has_msg and p0 is not None:
         if st.he_input == "smoothed_feats":
@@ -214,8 +236,18 @@ def _forward(
         else:
             hm1 = torch.baddbmm(p["msg.in.b"].unsqueeze(1), out["he"], p["msg.in.w"])
             h_m = st.tail("msg", hm1, training, gen)
-        out["m"] = _lmp(st, b, h_m, p0)
+        out["m"] = _lmp_sparse(st, b, h_m, p0) if isinstance(p0, _Support) else _lmp(st, b, h_m, p0)
     return out
+
+
+def _scaled(
+    r: torch.Tensor, centred: torch.Tensor, mu: torch.Tensor, mx: torch.Tensor, compat: bool
+) -> torch.Tensor:
+    r"""Spec §7.16's monotone scaling of :math:`R - \mu` to [-1, 1] (degenerate denominators give 0)."""
+    pos = centred / (mx - mu).clamp_min(_EPS)
+    neg = -r / mu.clamp_min(_EPS) if compat else centred / mu.clamp_min(_EPS)
+    rs = torch.where(centred > 0, pos, neg)
+    return torch.where(torch.isfinite(rs), rs, torch.zeros_like(rs))
 
 
 def _lmp(st: _Stacked, b: _Batch, h_m: torch.Tensor, p0: torch.Tensor) -> torch.Tensor:
@@ -227,20 +259,39 @@ def _lmp(st: _Stacked, b: _Batch, h_m: torch.Tensor, p0: torch.Tensor) -> torch.
     sn = s / s.norm(dim=2, keepdim=True).clamp_min(_EPS)
     cos = torch.bmm(sn, sn.transpose(1, 2)).masked_fill(eye | ~valid2, 0.0)
     r = st.beta * p0 + (1.0 - st.beta) * cos
-    mu = r.sum(dim=(1, 2)) / (b.counts * b.counts)
-    mx = r.masked_fill(~valid2, -math.inf).amax(dim=(1, 2))
-    mu3, mx3 = mu.view(-1, 1, 1), mx.view(-1, 1, 1)
-    centred = r - mu3
-    pos = centred / (mx3 - mu3).clamp_min(_EPS)
-    neg = -r / mu3.clamp_min(_EPS) if st.compat else centred / mu3.clamp_min(_EPS)
-    rs = torch.where(centred > 0, pos, neg)
-    rs = torch.where(torch.isfinite(rs), rs, torch.zeros_like(rs))
+    mu = (r.sum(dim=(1, 2)) / (b.counts * b.counts)).view(-1, 1, 1)
+    mx = r.masked_fill(~valid2, -math.inf).amax(dim=(1, 2)).view(-1, 1, 1)
+    rs = _scaled(r, r - mu, mu, mx, st.compat)
     rs = torch.where(eye & valid2, torch.ones_like(rs), rs).masked_fill(~valid2, 0.0)
     pos_m = _prelu(rs, st.params["lmp.pos"])
     neg_m = _prelu(-rs, st.params["lmp.neg"])
     h_pos = F.softmax(torch.bmm(pos_m, h_m), dim=2)
     h_neg = F.softmax(torch.bmm(neg_m, h_m), dim=2)
     return ((h_pos - h_neg) + h_m) / 2.0
+
+
+def _lmp_sparse(st: _Stacked, b: _Batch, h_m: torch.Tensor, sup: _Support) -> torch.Tensor:
+    """Eqs. (11)-(12) restricted to each client's support (large clients): mean and max over its entries."""
+    c = h_m.size(2)
+    hm = h_m.reshape(-1, c)
+    s = F.softmax(hm, dim=1)
+    sn = s / s.norm(dim=1, keepdim=True).clamp_min(_EPS)
+    cos = (sn[sup.row] * sn[sup.col]).sum(dim=1)
+    cos = torch.where(sup.diag, torch.zeros_like(cos), cos)
+    r = st.beta * sup.p0 + (1.0 - st.beta) * cos
+    mu = torch.zeros(b.k, dtype=r.dtype, device=r.device).index_add(0, sup.client, r) / sup.counts.clamp_min(
+        1
+    )
+    mx = torch.full((b.k,), -math.inf, dtype=r.dtype, device=r.device)
+    mx = mx.scatter_reduce(0, sup.client, r, reduce="amax", include_self=True)
+    mu_e, mx_e = mu[sup.client], mx[sup.client]
+    rs = _scaled(r, r - mu_e, mu_e, mx_e, st.compat)
+    rs = torch.where(sup.diag, torch.ones_like(rs), rs)
+    pos_w = torch.where(rs > 0, rs, st.params["lmp.pos"][sup.client] * rs)
+    neg_w = torch.where(-rs > 0, -rs, st.params["lmp.neg"][sup.client] * -rs)
+    agg_pos = torch.zeros_like(hm).index_add(0, sup.row, pos_w[:, None] * hm[sup.col])
+    agg_neg = torch.zeros_like(hm).index_add(0, sup.row, neg_w[:, None] * hm[sup.col])
+    return b.view(((F.softmax(agg_pos, dim=1) - F.softmax(agg_neg, dim=1)) + hm) / 2.0)
 
 
 def _combine(
@@ -280,7 +331,7 @@ class _Padded:
     test: torch.Tensor
     p_hat: torch.Tensor  # (K, n_max, C)
     target: torch.Tensor  # (K, n_max, C)
-    p0: torch.Tensor | None  # (K, n_max, n_max)
+    p0: torch.Tensor | _Support | None  # dense (K, n_max, n_max), or the large clients' support
     hcs: torch.Tensor  # (K,)
     homo: torch.Tensor  # (K,) bool: the homophilous module is selected
     use_ho: torch.Tensor  # (K,) weight of the homophilous module's loss
@@ -288,12 +339,19 @@ class _Padded:
 
 
 def _check_clients(clients: Sequence[BatchClient], opts: LocalStepOptions) -> int:
-    """The common feature width ``F``; :class:`ConfigError` when the clients cannot be batched."""
+    """The common feature width ``F``; :class:`ConfigError` when the clients cannot share a batch."""
     f = int(clients[0].x.size(1))
     if any(int(c.x.size(1)) != f for c in clients):
-        raise ConfigError("batched AdaFGL step 2 needs the same feature width on every client")
-    if opts.message_passing and any(c.p0 is None or c.p0.is_sparse for c in clients):
-        raise ConfigError("batched AdaFGL step 2 needs dense message passing on every client")
+        raise ConfigError(
+            f"AdaFGL step 2 batches clients of one feature width; got widths {sorted({int(c.x.size(1)) for c in clients})}"
+        )
+    if opts.message_passing:
+        kinds = {"missing" if c.p0 is None else "sparse" if c.p0.is_sparse else "dense" for c in clients}
+        if "missing" in kinds or len(kinds) != 1:
+            raise ConfigError(
+                "AdaFGL step 2 with message passing batches clients whose P~(0) is all dense or all sparse, "
+                f"got {sorted(kinds)}"
+            )
     return f
 
 
@@ -309,12 +367,15 @@ def _stack_models(
 def _pad_inputs(clients: Sequence[BatchClient], b: _Batch, opts: LocalStepOptions) -> _Padded:
     dev = clients[0].x.device
     kk = len(clients)
-    y = b.pad_list([c.y.long() for c in clients]).view(kk, b.n_max)
-    train, val, test = (b.pad_list([c.masks[i] for c in clients]).view(kk, b.n_max) for i in range(3))
+    g = b.graph
+    y = b.view(g.y.clamp_min(0))  # padding rows (-1) are never counted; 0 keeps the gathers in range
+    train, val, test = (b.view(g.masks[m]) for m in ("train_mask", "val_mask", "test_mask"))
     p_hat = b.pad_list([c.p_hat for c in clients])
     target = b.pad_list([c.target for c in clients])
-    p0 = None
-    if opts.message_passing:
+    p0: torch.Tensor | _Support | None = None
+    if opts.message_passing and clients[0].p0 is not None and clients[0].p0.is_sparse:
+        p0 = _Support.build(clients, b)
+    elif opts.message_passing:
         p0 = torch.zeros(kk, b.n_max, b.n_max, device=dev)
         for i, c in enumerate(clients):
             n = b.sizes[i]
@@ -407,12 +468,18 @@ def train_local_batched(
     num_classes: int,
     generator: torch.Generator | None,
 ) -> list[LocalOutcome]:
-    """Step 2 for every client together; same semantics as
-    :func:`~securefgl.algorithms.adafgl.model.train_local` per client.
+    r"""Step 2 on every client of the batch: train the modules (eq. (14)), keep each best-validation epoch.
+
+    Loss ``"branches"`` ([C2], spec §7.17): :math:`\mathrm{CE}(\tilde H_{ho}) + L_{knowledge} +
+    \mathrm{CE}(H_f) + \mathrm{CE}(\tilde H_{he}) + \mathrm{CE}(H_m)` on train nodes, with
+    :math:`L_{knowledge} = \mathrm{mean}((\tilde H_{ho} - \hat X)^2)` over all local nodes (eq. (8),
+    ``knowledge_loss="frobenius"``: :math:`\lVert\tilde H_{ho} - \hat X\rVert_F`). Loss ``"mixture"``:
+    NLL of :math:`\log\hat Y` on train nodes plus :math:`L_{knowledge}`. Under the hard switch only the
+    selected module is trained (the other's loss weight is 0). A client without train nodes trains on
+    :math:`L_{knowledge}` alone.
 
     Raises:
-        ConfigError: clients disagree on the feature width, or a client needs the sparse message passing
-            (use the one-client path for those).
+        ConfigError: clients disagree on the feature width, or mix dense and sparse message passing.
         NonFiniteError: a client's loss became NaN/Inf (names the client and the epoch).
     """
     if not clients:
@@ -420,10 +487,10 @@ def train_local_batched(
     f = _check_clients(clients, opts)
     dev = clients[0].x.device
     st = _stack_models(clients, opts, f, num_classes)
-    b = _Batch(clients, f)
+    b = _Batch(clients)
     pad = _pad_inputs(clients, b, opts)
     kk = len(clients)
-    optim = _adam(list(st.params.values()), opts)
+    optim = StackedOptimizer(st.params, "adam", lr=opts.lr, weight_decay=opts.weight_decay)
     n_val = pad.val.sum(dim=1)
 
     best_probs = _predict(st, b, pad, opts)

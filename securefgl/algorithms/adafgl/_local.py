@@ -16,13 +16,7 @@ import torch
 
 from securefgl.algorithms.adafgl._batched import BatchClient, train_local_batched
 from securefgl.algorithms.adafgl._topology import adjacency, correct_topology, homophily_confidence_score
-from securefgl.algorithms.adafgl.model import (
-    LocalOutcome,
-    LocalStepOptions,
-    SmoothedFeatures,
-    cpu_generator,
-    train_local,
-)
+from securefgl.algorithms.adafgl.model import LocalOutcome, LocalStepOptions, SmoothedFeatures, cpu_generator
 
 __all__ = [
     "PreparedClient",
@@ -166,15 +160,19 @@ def train_prepared(
     batched: bool = True,
     batch_generator: torch.Generator | None = None,
 ) -> list[StepTwoResult]:
-    """Train step 2 on prepared clients: all at once where possible, else one at a time.
+    """Train step 2 on prepared clients: together where possible, else one at a time (a batch of one).
+
+    Every client trains through :func:`~securefgl.algorithms.adafgl._batched.train_local_batched`; batching
+    only changes which clients share the tensor operations (and, with dropout, the random stream).
 
     Args:
         prepared: from :func:`prepare_client`.
         options: the AdaFGL options.
         num_classes: ``C``.
-        generators: each client's generator (dropout masks of the one-client path).
-        batched: train the clients that allow it (dense message passing) together.
-        batch_generator: dropout masks of the batched path (default: the first client's generator).
+        generators: each client's generator (dropout masks of a client trained alone).
+        batched: train the clients with dense message passing (or none) together; large clients (sparse
+            message passing) train one at a time either way.
+        batch_generator: dropout masks of the shared batch (default: the first batched client's generator).
     """
     opts = step_options(options)
     outcomes: dict[int, LocalOutcome] = {}
@@ -188,24 +186,10 @@ def train_prepared(
         )
         outcomes.update(zip(together, outs, strict=True))
     for i, p in enumerate(prepared):
-        if i in outcomes:
-            continue
-        c = p.inputs
-        outcomes[i] = train_local(
-            c.x,
-            c.feats,
-            c.p0,
-            c.p_hat,
-            c.target,
-            c.y,
-            c.masks,
-            c.hcs,
-            opts,
-            num_classes=num_classes,
-            generator=generators[i],
-            client=c.id,
-            init_generator=c.init_generator,
-        )
+        if i not in outcomes:
+            (outcomes[i],) = train_local_batched(
+                [p.inputs], opts, num_classes=num_classes, generator=generators[i]
+            )
     return [
         StepTwoResult(
             outcome=outcomes[i],

@@ -39,7 +39,8 @@ message passing of eqs. (11)-(12) (see
 
 Step 2 trains the K clients' personalised models together (batched over clients, each with its own
 parameters, optimiser state, HCS and best epoch) when ``train.batched`` is on, and one client at a time
-otherwise; clients above ``dense_max_nodes`` always run alone with sparse similarity and message passing.
+(a batch of one, through the same training loop) otherwise; clients above ``dense_max_nodes`` always run
+alone with sparse similarity and message passing.
 
 Security:
     The server sees, per round, only :math:`\sum_i n_i \mathrm{clip}_B(W_i)` and :math:`\sum_i n_i` (released by

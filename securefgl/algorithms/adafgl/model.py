@@ -1,4 +1,4 @@
-"""AdaFGL step 2, learned parts: the homophilous and heterophilous modules and the local training loop.
+"""AdaFGL step 2, learned parts: the homophilous and heterophilous modules of one client.
 
 Client-side helpers of :mod:`securefgl.algorithms.adafgl` (spec ``shared/specs/adafgl.md`` §2.2,
 §7.14-§7.20).
@@ -10,7 +10,6 @@ Shapes: ``N`` local nodes, ``F`` features, ``C`` classes, ``K_p`` smoothing hops
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -19,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from securefgl.errors import ConfigError, NonFiniteError
+from securefgl.errors import ConfigError
 
 __all__ = [
     "AdaFGLLocalModel",
@@ -31,10 +30,11 @@ __all__ = [
     "SmoothedInput",
     "combine_predictions",
     "cpu_generator",
-    "train_local",
 ]
 
 _EPS = 1e-9
+#: Feature matrices at most this dense are multiplied as sparse matrices (step 2's first layers).
+SPARSE_MAX_DENSITY = 0.3
 
 
 def _coo(indices: torch.Tensor, values: torch.Tensor, shape: tuple[int, int] | torch.Size) -> torch.Tensor:
@@ -128,11 +128,17 @@ class SmoothedFeatures:
         x: ``(N, F)`` features.
         operator: sparse ``(N, N)`` GraphOperator.
         num_hops: :math:`K_p`.
-        sparse_max_density: treat ``X`` as sparse when its density is at most this (default: 0.3).
+        sparse_max_density: treat ``X`` as sparse when its density is at most this (default:
+            :data:`SPARSE_MAX_DENSITY`).
     """
 
     def __init__(
-        self, x: torch.Tensor, operator: torch.Tensor, num_hops: int, *, sparse_max_density: float = 0.3
+        self,
+        x: torch.Tensor,
+        operator: torch.Tensor,
+        num_hops: int,
+        *,
+        sparse_max_density: float = SPARSE_MAX_DENSITY,
     ):
         if num_hops < 0:
             raise ConfigError(f"num_hops must be >= 0, got {num_hops!r}")
@@ -509,25 +515,6 @@ def cpu_generator(generator: torch.Generator) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
-def _masked_ce(logits: torch.Tensor, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    if not bool(mask.any()):
-        return logits.sum() * 0.0
-    return F.cross_entropy(logits[mask], y[mask])
-
-
-def _correct(pred: torch.Tensor, y: torch.Tensor, mask: torch.Tensor) -> int:
-    return int((pred[mask] == y[mask]).sum())
-
-
-def _adam(params: list[torch.Tensor], opts: LocalStepOptions) -> torch.optim.Adam:
-    """Adam over ``params``; the fused kernel where available (several times faster on CPU for the large
-    first layers)."""
-    try:
-        return torch.optim.Adam(params, lr=opts.lr, weight_decay=opts.weight_decay, fused=True)
-    except (RuntimeError, TypeError):
-        return torch.optim.Adam(params, lr=opts.lr, weight_decay=opts.weight_decay)
-
-
 def _local_model(
     num_features: int, num_classes: int, opts: LocalStepOptions, generator: torch.Generator
 ) -> AdaFGLLocalModel:
@@ -545,139 +532,3 @@ def _local_model(
         compat_c1_scaling=opts.compat_c1_scaling,
         generator=generator,
     )
-
-
-def _combine_local(
-    out: Mapping[str, torch.Tensor], p_hat: torch.Tensor, hcs: float, opts: LocalStepOptions
-) -> torch.Tensor:
-    return combine_predictions(
-        out,
-        p_hat,
-        hcs,
-        mode=opts.combine,
-        hard_threshold=opts.hard_threshold,
-        compat_double_softmax=opts.compat_double_softmax,
-    )
-
-
-def _knowledge_loss(h: torch.Tensor, target: torch.Tensor, opts: LocalStepOptions) -> torch.Tensor:
-    """Eq. (8): mean squared (``"mse"``) or Frobenius distance of ``h`` to the knowledge target."""
-    diff = h - target
-    return diff.pow(2).mean() if opts.knowledge_loss == "mse" else diff.pow(2).sum().clamp_min(1e-12).sqrt()
-
-
-def _local_loss(
-    out: Mapping[str, torch.Tensor],
-    y: torch.Tensor,
-    train_mask: torch.Tensor,
-    p_hat: torch.Tensor,
-    hcs: float,
-    opts: LocalStepOptions,
-) -> torch.Tensor:
-    """The supervised part of eq. (14) on the train nodes: per-branch CE, or the NLL of the mixture."""
-    if opts.loss == "branches":
-        return sum((_masked_ce(v, y, train_mask) for v in out.values()), torch.zeros((), device=y.device))
-    mix = _combine_local(out, p_hat, hcs, opts)
-    logp = mix.clamp_min(1e-12).log()
-    return F.nll_loss(logp[train_mask], y[train_mask]) if bool(train_mask.any()) else mix.sum() * 0.0
-
-
-def _local_outcome(
-    best_probs: torch.Tensor,
-    best_epoch: int,
-    y: torch.Tensor,
-    masks: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
-    history: list[float],
-) -> LocalOutcome:
-    train_mask, val_mask, test_mask = masks
-    pred = best_probs.argmax(dim=1)
-    return LocalOutcome(
-        probs=best_probs,
-        best_epoch=best_epoch,
-        val_correct=_correct(pred, y, val_mask),
-        val_total=int(val_mask.sum()),
-        test_correct=_correct(pred, y, test_mask),
-        test_total=int(test_mask.sum()),
-        train_correct=_correct(pred, y, train_mask),
-        train_total=int(train_mask.sum()),
-        history=history,
-    )
-
-
-def train_local(
-    x: torch.Tensor,
-    xs: SmoothedFeatures | torch.Tensor,
-    p0: torch.Tensor | None,
-    p_hat: torch.Tensor,
-    knowledge_target: torch.Tensor,
-    y: torch.Tensor,
-    masks: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
-    hcs: float,
-    opts: LocalStepOptions,
-    *,
-    num_classes: int,
-    generator: torch.Generator,
-    client: int | str = "?",
-    init_generator: torch.Generator | None = None,
-) -> LocalOutcome:
-    r"""Step 2 on one client: train the modules (eq. (14)) and keep the best-validation epoch.
-
-    Loss ``"branches"`` ([C2], spec §7.17): :math:`\mathrm{CE}(\tilde H_{ho}) + L_{knowledge} +
-    \mathrm{CE}(H_f) + \mathrm{CE}(\tilde H_{he}) + \mathrm{CE}(H_m)` on train nodes, with
-    :math:`L_{knowledge} = \mathrm{mean}((\tilde H_{ho} - \hat X)^2)` over all local nodes (eq. (8),
-    ``knowledge_loss="frobenius"``: :math:`\lVert\tilde H_{ho} - \hat X\rVert_F`). Loss ``"mixture"``:
-    NLL of :math:`\log\hat Y` on train nodes plus :math:`L_{knowledge}`. Under the hard switch only the
-    selected module is trained. A client without train nodes trains on :math:`L_{knowledge}` alone.
-
-    Shapes:
-        x ``(N, F)``, xs :class:`SmoothedFeatures` (or dense ``(N, Fs)``), p0 dense/sparse ``(N, N)`` or None, p_hat ``(N, C)``,
-        knowledge_target ``(N, C)``, y ``(N,)``, masks 3 x ``(N,)`` bool -> probs ``(N, C)``.
-
-    Raises:
-        NonFiniteError: a loss became NaN/Inf (names the client and the epoch).
-    """
-    train_mask, val_mask, _ = masks
-    device = x.device
-    if init_generator is None:
-        init_generator = cpu_generator(generator)
-    homo = hete = True
-    if opts.combine == "hard":
-        homo = hcs >= opts.hard_threshold
-        hete = not homo
-    model = _local_model(x.size(1), num_classes, opts, init_generator).to(device)
-    optim = _adam(list(model.parameters()), opts)
-    y = y.to(device).long()
-    use_kp = opts.knowledge_preserving and homo
-
-    def predict() -> torch.Tensor:
-        model.eval()
-        with torch.no_grad():
-            out = model(x, xs, p0, homo=homo, hete=hete)
-        return _combine_local(out, p_hat, hcs, opts)
-
-    best_probs = predict()
-    best_val = -1.0
-    best_epoch = 0
-    history: list[float] = []
-    n_val = int(val_mask.sum())
-    for epoch in range(1, opts.epochs + 1):
-        model.train()
-        optim.zero_grad()
-        out = model(x, xs, p0, generator=generator, homo=homo, hete=hete)
-        loss = _local_loss(out, y, train_mask, p_hat, hcs, opts)
-        if use_kp and "ho" in out:
-            loss = loss + _knowledge_loss(out["ho"], knowledge_target, opts)
-        loss_value = float(loss.detach())
-        if not math.isfinite(loss_value):
-            raise NonFiniteError(
-                f"AdaFGL step 2: non-finite loss {loss_value} on client {client} at epoch {epoch}"
-            )
-        loss.backward()
-        optim.step()
-        probs = predict()
-        pred = probs.argmax(dim=1)
-        val_acc = _correct(pred, y, val_mask) / n_val if n_val else 0.0
-        history.append(val_acc)
-        if opts.selection == "last" or val_acc > best_val or n_val == 0:
-            best_val, best_epoch, best_probs = val_acc, epoch, probs
-    return _local_outcome(best_probs, best_epoch, y, masks, history)
