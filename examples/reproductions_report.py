@@ -104,6 +104,10 @@ def script_constant(script: str, name: str) -> Any:
 FEDSPRAY_PAPER: dict[tuple[str, str], tuple[float, float, float, float]] = script_constant(
     "examples/reproduce_fedspray.py", "TARGETS"
 )
+#: O-pFGL Tables 9/10, FedLoG rows, {(dataset, partition): (acc, std)}: the script's own targets.
+FEDLOG_PAPER: dict[tuple[str, str], tuple[float, float]] = script_constant(
+    "examples/reproduce_fedlog.py", "TARGETS"
+)
 #: O-pFGL Tables 1/6 and 9/10, {(dataset, partition): {method: (acc, std, f1, std)}}: the script's own targets.
 OPFGL_PAPER: dict[tuple[str, str], dict[str, tuple[float, float, float, float]]] = script_constant(
     "examples/reproduce_opfgl.py", "PAPER"
@@ -306,6 +310,37 @@ def read_opfgl(paths: Iterable[Path]) -> list[dict[str, Any]]:
     return out
 
 
+def read_fedlog(paths: Iterable[Path]) -> list[dict[str, Any]]:
+    """reproduce_fedlog.py ``table`` files (``--out``): one cell per (dataset, partition, protocol), its seeds'
+    test accuracy (fraction) at the best-validation round, and their time."""
+    cells: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for path in paths:
+        data = json.loads(Path(path).read_text())
+        if data.get("args", {}).get("experiment") != "table":
+            raise SystemExit(f"collect: {path} is not a reproduce_fedlog.py 'table' result")
+        mode = data["args"].get("classifier_mode")
+        for row in data["rows"]:
+            key = (row["dataset"], row["partition"], row["protocol"])
+            cell = cells.setdefault(
+                key,
+                {
+                    "dataset": key[0],
+                    "partition": key[1],
+                    "protocol": key[2],
+                    "classifier_mode": mode,
+                    "runs": [],
+                },
+            )
+            if row["seed"] not in {r["seed"] for r in cell["runs"]}:
+                cell["runs"].append(
+                    {"seed": row["seed"], "test_acc": row["test_acc"] / 100, "seconds": row["seconds"]}
+                )
+    out = list(cells.values())
+    for cell in out:
+        cell["runs"].sort(key=lambda r: r["seed"])
+    return out
+
+
 def collect(args: argparse.Namespace) -> Path:
     files = [Path(f) for f in args.files]
     missing = [str(f) for f in files if not f.exists()]
@@ -330,10 +365,10 @@ def collect(args: argparse.Namespace) -> Path:
         record["cells"] = read_fedspray(files)
     elif args.paper == "opfgl":
         record["cells"] = read_opfgl(files)
-    else:
-        raise SystemExit(
-            f"collect: {args.paper} results are not collected yet (adafgl, fedstruct, fedspray, opfgl)"
-        )
+    elif args.paper == "fedlog":
+        record["cells"] = read_fedlog(files)
+    else:  # pragma: no cover - argparse restricts --paper to PAPERS
+        raise SystemExit(f"collect: unknown paper {args.paper!r}")
     out = Path(args.dir) / args.paper / f"{args.name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record, indent=1, default=float) + "\n")
@@ -494,6 +529,51 @@ def opfgl_rows(records: Sequence[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def fedlog_rows(records: Sequence[dict[str, Any]]) -> list[str]:
+    """The FedLoG table (O-pFGL's third-party rows): one row per saved (dataset, partition)."""
+    lines = [
+        "Test accuracy (%, node-weighted over clients, local models at the best-validation round), mean ± "
+        "population std over seeds. Targets: O-pFGL Tables 9/10, FedLoG rows.",
+        "",
+        f"| dataset | partition | classifier | target acc | secagg acc | plaintext acc | secagg − plaintext | "
+        f"within {TOLERANCE} | seeds | s / run | result file |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for rec in records:
+        groups: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+        for cell in rec["cells"]:
+            groups.setdefault((cell["dataset"], cell["partition"]), {})[cell["protocol"]] = cell
+        for (ds, part), by_proto in groups.items():
+            sec = by_proto.get("secagg", {}).get("runs", [])
+            pla = by_proto.get("plaintext", {}).get("runs", [])
+            target = FEDLOG_PAPER.get((ds, part))
+            main = sec or pla
+            within = "-"
+            if target and main:
+                mean = statistics.fmean(100 * r["test_acc"] for r in main)
+                within = ("yes" if abs(mean - target[0]) <= TOLERANCE else "no") + (
+                    "" if sec else " (plaintext)"
+                )
+            a = {r["seed"]: r["test_acc"] for r in sec}
+            b = {r["seed"]: r["test_acc"] for r in pla}
+            common = sorted(set(a) & set(b))
+            diff = "-"
+            if common:
+                gap = max(100 * abs(a[s_] - b[s_]) for s_ in common)
+                diff = "0 (identical per seed)" if gap == 0 else f"largest per-seed gap {gap:.2f}"
+            mode = next(iter(by_proto.values())).get("classifier_mode") or "-"
+            runs = sec + pla
+            lines.append(
+                f"| {ds} | {part} ({rec.get('partition') or 'ours'}) | {mode} | {_paper(target, 0)} | "
+                f"{_pop([100 * r['test_acc'] for r in sec])} | {_pop([100 * r['test_acc'] for r in pla])} | "
+                f"{diff} | {within} | {_seeds(sec, pla)} | "
+                f"{statistics.fmean(r['seconds'] for r in runs):.0f} | `{rec['_file']}` |"
+            )
+        total = sum(r["seconds"] for cell in rec["cells"] for r in cell["runs"])
+        lines += ["", f"Run time of `{rec['_file']}`: {total / 60:.0f} min in all, on: {rec['machine']}."]
+    return lines
+
+
 def _paper(target: Sequence[float] | None, i: int) -> str:
     """The paper's mean ± std at ``target[i], target[i + 1]`` (accuracy at 0, F1 at 2); ``-`` without one."""
     return f"{target[i]:.2f} ± {target[i + 1]:.2f}" if target else "-"
@@ -626,6 +706,12 @@ def glance(records: dict[str, list[dict[str, Any]]]) -> list[str]:
                     if ref and cell["method"] == "opfgl" and cell["protocol"] == "secagg" and cell["runs"]:
                         m = statistics.fmean(100 * r["test_acc"] for r in cell["runs"])
                         hits.append("yes" if abs(m - ref[0]) <= TOLERANCE else "no")
+            elif paper == "fedlog":
+                for cell in rec["cells"]:
+                    ref = FEDLOG_PAPER.get((cell["dataset"], cell["partition"]))
+                    if ref and cell["protocol"] == "secagg" and cell["runs"]:
+                        m = statistics.fmean(100 * r["test_acc"] for r in cell["runs"])
+                        hits.append("yes" if abs(m - ref[0]) <= TOLERANCE else "no")
             elif paper == "fedspray":
                 for cell in rec["cells"]:
                     ref = FEDSPRAY_PAPER.get((cell["dataset"], cell["partition"]))
@@ -684,6 +770,8 @@ def render(directory: Path) -> str:
             lines += fedspray_rows(recs) + [""]
         elif recs and paper == "opfgl":
             lines += opfgl_rows(recs) + [""]
+        elif recs and paper == "fedlog":
+            lines += fedlog_rows(recs) + [""]
         if recs:
             lines += ["Commands:", ""] + commands(recs) + [""]
         for note in NOTES.get(paper, []):

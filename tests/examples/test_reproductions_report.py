@@ -211,6 +211,53 @@ def test_collect_and_render_opfgl(report, tmp_path: Path) -> None:
     assert report._seeds([{"seed": 0}, {"seed": 1}], [{"seed": 0}]) == "secagg 0,1; plaintext 0"
 
 
+def _fedlog_out(path: Path, protocol: str, seeds: list[int], acc: float, experiment: str = "table") -> Path:
+    rows = [
+        {
+            "dataset": "Cora",
+            "partition": "metis+",
+            "protocol": protocol,
+            "seed": s,
+            "test_acc": acc + s,
+            "round": 50,
+            "seconds": 60.0,
+            "crypto_seconds": 1.0,
+        }
+        for s in seeds
+    ]
+    args = {"experiment": experiment, "classifier_mode": "released"}
+    path.write_text(json.dumps({"args": args, "rows": rows}))
+    return path
+
+
+def test_collect_and_render_fedlog(report, tmp_path: Path) -> None:
+    """reproduce_fedlog.py 'table' files merge into one cell per (dataset, partition, protocol); target from
+    the script; a 'claim' file is refused."""
+    files = [
+        _fedlog_out(tmp_path / "a.json", "secagg", [0], 75.0),
+        _fedlog_out(tmp_path / "b.json", "secagg", [1, 2], 75.0),
+        _fedlog_out(tmp_path / "c.json", "plaintext", [0], 75.0),
+    ]
+    res = tmp_path / "reproductions"
+    args = ["collect", "--paper", "fedlog", "--name", "f", "--machine", "box", "--command", "go"]
+    report.main([*args, "--partition", "O-pFGL's own", "--dir", str(res), *map(str, files)])
+    rec = json.loads((res / "fedlog" / "f.json").read_text())
+    assert [(c["protocol"], [r["seed"] for r in c["runs"]]) for c in rec["cells"]] == [
+        ("secagg", [0, 1, 2]),
+        ("plaintext", [0]),
+    ]
+    assert rec["cells"][0]["runs"][1]["test_acc"] == pytest.approx(0.76)
+    page = report.render(res)
+    assert (
+        "| Cora | metis+ (O-pFGL's own) | released | 75.08 ± 0.21 | 76.00 ± 0.82 | 75.00 ± 0.00 | "
+        "0 (identical per seed) | yes | secagg 0,1,2; plaintext 0 | 60 |"
+    ) in page
+    assert "| [FedLoG](#fedlog-o-pfgls-third-party-table-fedlogs-generalisation-claim) | 1 of 1 |" in page
+    claim = _fedlog_out(tmp_path / "d.json", "secagg", [0], 75.0, experiment="claim")
+    with pytest.raises(SystemExit, match="is not a reproduce_fedlog.py 'table' result"):
+        report.main([*args, "--dir", str(res), str(claim)])
+
+
 def test_collect_refuses_missing_files(report, tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match="no such file"):
         report.main(
