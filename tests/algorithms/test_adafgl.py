@@ -951,3 +951,53 @@ def test_step2_starts_from_the_chosen_extractor(monkeypatch, extractor: str) -> 
     first_best = accs.index(max(accs))
     expected = broadcasts[first_best] if extractor == "best_val" else broadcasts[-1]
     assert all(torch.equal(given[0][k], expected[k]) for k in expected)
+
+
+def test_extractor_fallback_keeps_the_better_model_on_the_clients_validation_nodes():
+    from securefgl.algorithms.adafgl._local import extractor_fallback
+    from securefgl.algorithms.adafgl.model import LocalOutcome
+
+    x, _, y, masks = _toy_client(n=12)
+    train, val, test = masks
+    perfect = torch.nn.functional.one_hot(y, 2).float()
+    client = _batch_client(x, y, masks, None, perfect, 0.5)
+    step2 = LocalOutcome(
+        probs=torch.full((12, 2), 0.5),
+        best_epoch=7,
+        val_correct=int(val.sum()) - 1,
+        val_total=int(val.sum()),
+        test_correct=0,
+        test_total=int(test.sum()),
+        train_correct=0,
+        train_total=int(train.sum()),
+    )
+    out, fell_back = extractor_fallback(step2, client)
+    assert fell_back and out.best_epoch == 0 and torch.equal(out.probs, perfect)
+    assert (out.val_correct, out.test_correct, out.train_correct) == (
+        int(val.sum()),
+        int(test.sum()),
+        int(train.sum()),
+    )
+    # a tie keeps step 2's model
+    tie = LocalOutcome(**{**step2.__dict__, "val_correct": int(val.sum())})
+    assert extractor_fallback(tie, client) == (tie, False)
+    with pytest.raises(ConfigError, match="fallback='bogus' is invalid; valid: 'none', 'extractor'"):
+        AdaFGLOptions(fallback="bogus")  # type: ignore[arg-type]
+
+
+def test_fallback_option_reaches_every_client_and_is_reported():
+    from securefgl.algorithms.adafgl._local import prepare_client, train_prepared
+
+    opts = AdaFGLOptions(epochs=2, hidden=4, sim_threshold=0.9, fallback="extractor")
+    prepared, gens = [], []
+    for i in range(2):
+        x, ei, y, masks = _toy_client(n=16, seed=i)
+        perfect = torch.nn.functional.one_hot(y, 2).float()  # an extractor no personalised model can beat
+        prepared.append(
+            prepare_client(x, ei, y, masks, perfect, perfect, opts, num_classes=2, generator=_gen(i))
+        )
+        gens.append(_gen(i))
+    results = train_prepared(prepared, opts, num_classes=2, generators=gens)
+    for res, p in zip(results, prepared, strict=True):
+        assert res.fell_back == (res.outcome.best_epoch == 0)
+        assert res.outcome.val_correct == int(p.inputs.masks[1].sum())

@@ -22,6 +22,7 @@ __all__ = [
     "PreparedClient",
     "StepTwoResult",
     "client_homophily_report",
+    "extractor_fallback",
     "local_personalization",
     "prepare_client",
     "step_options",
@@ -38,6 +39,7 @@ class StepTwoResult:
     similarity_edges: int
     corrected_edges: int
     dense_message_passing: bool
+    fell_back: bool = False
 
 
 @dataclass
@@ -190,16 +192,45 @@ def train_prepared(
             (outcomes[i],) = train_local_batched(
                 [p.inputs], opts, num_classes=num_classes, generator=generators[i]
             )
-    return [
-        StepTwoResult(
-            outcome=outcomes[i],
-            hcs=p.inputs.hcs,
-            similarity_edges=p.similarity_edges,
-            corrected_edges=p.corrected_edges,
-            dense_message_passing=p.dense_message_passing,
+    results = []
+    for i, p in enumerate(prepared):
+        outcome, fell_back = outcomes[i], False
+        if getattr(options, "fallback", "none") == "extractor":
+            outcome, fell_back = extractor_fallback(outcome, p.inputs)
+        results.append(
+            StepTwoResult(
+                outcome=outcome,
+                hcs=p.inputs.hcs,
+                similarity_edges=p.similarity_edges,
+                corrected_edges=p.corrected_edges,
+                dense_message_passing=p.dense_message_passing,
+                fell_back=fell_back,
+            )
         )
-        for i, p in enumerate(prepared)
-    ]
+    return results
+
+
+def extractor_fallback(outcome: LocalOutcome, client: BatchClient) -> tuple[LocalOutcome, bool]:
+    r"""The federated extractor's prediction :math:`\hat P` instead of step 2's when it gets more of the client's
+    validation nodes right (ties keep step 2); ``(outcome, whether it fell back)``. Local: labels stay here."""
+    pred = client.p_hat.argmax(dim=1)
+    y = client.y.long()
+    train, val, test = client.masks
+    val_correct = int(((pred == y) & val).sum())
+    if val_correct <= outcome.val_correct:
+        return outcome, False
+    fallback = LocalOutcome(
+        probs=client.p_hat.detach().clone(),
+        best_epoch=0,
+        val_correct=val_correct,
+        val_total=int(val.sum()),
+        test_correct=int(((pred == y) & test).sum()),
+        test_total=int(test.sum()),
+        train_correct=int(((pred == y) & train).sum()),
+        train_total=int(train.sum()),
+        history=outcome.history,
+    )
+    return fallback, True
 
 
 def local_personalization(

@@ -97,6 +97,7 @@ class AdaFGLClient(FedAvgClient):
                 "best_epoch": res.outcome.best_epoch,
                 "similarity_edges": res.similarity_edges,
                 "dense_message_passing": res.dense_message_passing,
+                "fell_back": res.fell_back,
             }
 
     # ------------------------------------------------------------------ evaluation -------------------------
@@ -130,4 +131,5 @@ class AdaFGLClient(FedAvgClient):
             rep["hcs"] = st["hcs"]
             rep["step2_best_epoch"] = st["best_epoch"]
             rep["similarity_edges"] = st["similarity_edges"]
+            rep["step2_fell_back_to_extractor"] = st.get("fell_back", False)
         return rep

@@ -93,6 +93,11 @@ class AdaFGLOptions:
             round with the best node-weighted validation accuracy, as [C1] saves and reloads it; evaluate every
             round, ``train.eval_every = 1``, to match it) or ``"last"`` (the final broadcast). Choosing the
             round needs each evaluated round's validation accuracy, a sum of two counts per client.
+        fallback: ``"none"`` (the paper: every client keeps its personalised model) or ``"extractor"``: a client
+            whose own validation nodes are predicted better by the federated extractor (:math:`\\hat P`) than by
+            its best personalised epoch keeps the extractor's prediction. Local only (the client's validation
+            labels, nothing sent); it makes explicit the fall-back on the federated model that eqs. (9) and (17)
+            intend where local topology does not help (issue 27). (default: ``"none"``)
         knowledge_preserving: ablation "w/o K.P." when False (drop eq. (8)).
         feature_embedding: ablation "w/o T.F." when False (drop :math:`H_f`).
         message_passing: ablation "w/o L.M." when False (drop :math:`H_m`).
@@ -132,6 +137,7 @@ class AdaFGLOptions:
     weight_decay: float = 5e-4
     selection: Literal["best_val", "last"] = "best_val"
     extractor: Literal["best_val", "last"] = "best_val"
+    fallback: Literal["none", "extractor"] = "none"
     knowledge_preserving: bool = True
     feature_embedding: bool = True
     message_passing: bool = True
@@ -164,6 +170,10 @@ class AdaFGLOptions:
                 f"adafgl option hcs_mask_prob={self.hcs_mask_prob!r} is out of range; valid: (0, 1)"
             )
         _check_range("hcs_hard_threshold", self.hcs_hard_threshold, 0.0, 1.0)
+        if self.fallback not in ("none", "extractor"):
+            raise ConfigError(
+                f"adafgl option fallback={self.fallback!r} is invalid; valid: 'none', 'extractor'"
+            )
         _check_range("lr", self.lr, 0.0, float("inf"), lo_open=True)
         _check_range("weight_decay", self.weight_decay, 0.0, float("inf"))
 
