@@ -146,9 +146,7 @@ class Reconstruction:
     ) -> dict[int, np.ndarray]:
         """Reconstruct every owner's secret from ``threshold`` holders; verify each against its
         commitment (seeds) or advertised public key (mask keys), retrying other holder subsets on a
-        mismatch. Owners that share a holder set (complete graph) are reconstructed together with one
-        cached Lagrange computation; owners with their own holder sets (SecAgg+) in one vectorised
-        batch."""
+        mismatch. Every owner is interpolated in one vectorised batch, each row with its own holder set."""
         t = self.params.threshold
         groups: dict[tuple[int, ...], list[int]] = {}
         for owner, hs in holders.items():
@@ -171,19 +169,14 @@ class Reconstruction:
                     retry.append(o)
             wipe(secrets)
 
-        singles: list[tuple[tuple[int, ...], int]] = []
-        for chosen, owners in groups.items():
-            if len(owners) == 1:  # its own holder set (SecAgg+): batched below, a cache would not hit
-                singles.append((chosen, owners[0]))
-                continue
-            shares = np.stack([np.stack([holders[o][w] for o in owners]) for w in chosen])  # (t, S, LIMBS)
-            accept(owners, *_shamir.reconstruct([self.x[w] for w in chosen], shares))
-        if singles:
-            xs = np.array([[self.x[w] for w in chosen] for chosen, _ in singles], dtype=np.int64)
-            shares = np.stack(
-                [np.stack([holders[o][w] for w in chosen]) for chosen, o in singles]
-            )  # (G, t, L)
-            accept([o for _, o in singles], *_shamir.reconstruct_many(xs, shares))
+        # One vectorised interpolation for every owner: each row carries its own holder set, so owners of
+        # different neighbourhoods (SecAgg+) and owners sharing a holder set cost one pass together.
+        rows = [(chosen, o) for chosen, owners in groups.items() for o in owners]
+        if rows:
+            xs = np.array([[self.x[w] for w in chosen] for chosen, _ in rows], dtype=np.int64)
+            shares = np.stack([np.stack([holders[o][w] for w in chosen]) for chosen, o in rows])  # (G, t, L)
+            accept([o for _, o in rows], *_shamir.reconstruct_many(xs, shares))
+            wipe(shares)
         for o in retry:
             out[o] = self._search_subsets(holders[o], kind, o, phase)
         return out

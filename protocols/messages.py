@@ -21,6 +21,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from functools import cache
 from typing import Any, ClassVar, TypeVar, overload
 
 import numpy as np
@@ -120,7 +121,14 @@ def _int_in(value: Any, lo: int, hi: int, name: str) -> int:
 
 
 class Field:
-    """Codec of one field: ``check`` (at construction), ``put`` (encode), ``get`` (decode)."""
+    """Codec of one field: ``check`` (at construction), ``put`` (encode), ``get`` (decode).
+
+    ``DECODE_CHECKED`` is true when ``get`` already returns exactly what ``check`` would (same type, same
+    bounds): :func:`decode` then does not check the value a second time. Fields whose ``get`` leaves a bound
+    to ``check`` (an :class:`Int` below its maximum, a :class:`RingVector`'s range) keep it false.
+    """
+
+    DECODE_CHECKED: ClassVar[bool] = False
 
     def check(self, value: Any, name: str, msg: Any) -> Any:
         raise NotImplementedError
@@ -151,6 +159,8 @@ class Int(Field):
 class OptionalId(Field):
     """A client id or ``None`` (encoded as 2^32 - 1)."""
 
+    DECODE_CHECKED: ClassVar[bool] = True
+
     def check(self, value: Any, name: str, msg: Any) -> int | None:
         return None if value is None else _int_in(value, 0, _U32_MAX - 1, name)
 
@@ -164,6 +174,8 @@ class OptionalId(Field):
 
 class Fixed(Field):
     """A byte string of exactly ``size`` bytes (keys, digests, session ids)."""
+
+    DECODE_CHECKED: ClassVar[bool] = True
 
     def __init__(self, size: int) -> None:
         self.size = size
@@ -185,6 +197,8 @@ class Fixed(Field):
 class Blob(Field):
     """A length-prefixed (u32) byte string of at most ``max_len`` bytes."""
 
+    DECODE_CHECKED: ClassVar[bool] = True
+
     def __init__(self, max_len: int = 1 << 16) -> None:
         self.max_len = max_len
 
@@ -205,6 +219,8 @@ class Blob(Field):
 
 class Text(Field):
     """A length-prefixed (u16) UTF-8 string of at most ``max_len`` encoded bytes."""
+
+    DECODE_CHECKED: ClassVar[bool] = True
 
     def __init__(self, max_len: int = 4096) -> None:
         self.max_len = max_len
@@ -231,7 +247,16 @@ class Text(Field):
 class IdList(Field):
     """A tuple of client ids (u32). Order and duplicates are kept: receivers judge them."""
 
+    DECODE_CHECKED: ClassVar[bool] = True
+
     def check(self, value: Any, name: str, msg: Any) -> tuple[int, ...]:
+        # fast path (C-level loops) for what callers build: a tuple of plain ints in range
+        if (
+            type(value) is tuple
+            and set(map(type, value)) <= {int}
+            and (not value or (min(value) >= 0 and max(value) <= _U32_MAX - 1))
+        ):
+            return value
         return tuple(_int_in(v, 0, _U32_MAX - 1, name) for v in value)
 
     def put(self, value: tuple[int, ...], out: list[bytes | memoryview], msg: Any) -> None:
@@ -247,6 +272,8 @@ class IdList(Field):
 
 class KeyTable(Field):
     """Tuple of ``(client_id, channel_pk, mask_pk)`` with 32-byte X25519 public keys."""
+
+    DECODE_CHECKED: ClassVar[bool] = True
 
     _ROW = struct.Struct(">I32s32s")
 
@@ -280,6 +307,8 @@ class KeyTable(Field):
 
 class Envelopes(Field):
     """Tuple of ``(peer_id, ciphertext)``: shares encrypted for (or from) one peer each."""
+
+    DECODE_CHECKED: ClassVar[bool] = True
 
     def __init__(self, max_len: int = 1 << 16) -> None:
         self.max_len = max_len
@@ -367,6 +396,8 @@ class RingVector(Field):
 class ShareMatrix(Field):
     """A ``(rows, limbs)`` matrix of Shamir share limbs, each below the field prime."""
 
+    DECODE_CHECKED: ClassVar[bool] = True
+
     def check(self, value: Any, name: str, msg: Any) -> np.ndarray:
         if not isinstance(value, np.ndarray) or value.ndim != 2 or value.dtype.kind not in "ui":
             raise MalformedMessageError(f"field {name!r} must be a 2-D integer array")
@@ -413,6 +444,17 @@ class Message:
     def __post_init__(self) -> None:
         for f in fields(self):
             object.__setattr__(self, f.name, self.FIELDS[f.name].check(getattr(self, f.name), f.name, self))
+
+    @classmethod
+    def _decoded(cls: type[M], values: Mapping[str, Any]) -> M:
+        """An instance from decoded values, checking (in field order) only the fields whose decoder does not
+        already guarantee what ``check`` would (see :attr:`Field.DECODE_CHECKED`)."""
+        msg = object.__new__(cls)
+        for name in _field_names(cls):
+            field = cls.FIELDS[name]
+            value = values[name]
+            object.__setattr__(msg, name, value if field.DECODE_CHECKED else field.check(value, name, msg))
+        return msg
 
     def to_bytes(self) -> bytes:
         """The wire encoding of this message."""
@@ -598,6 +640,12 @@ def message_types() -> dict[int, type[Message]]:
     return dict(_REGISTRY)
 
 
+@cache
+def _field_names(cls: type[Message]) -> tuple[str, ...]:
+    """A message class's field names in wire order (``dataclasses.fields`` once per class)."""
+    return tuple(f.name for f in fields(cls))
+
+
 def encode(message: Message) -> bytes:
     """The wire bytes of ``message``."""
     if not isinstance(message, Message) or not message.TYPE:
@@ -653,11 +701,11 @@ def decode(
                 names = [c.__name__ for c in allowed]
                 raise MalformedMessageError(f"unexpected message {cls.__name__}; expected one of {names}")
         got: dict[str, Any] = {}
-        for f in fields(cls):
-            got[f.name] = cls.FIELDS[f.name].get(r, got, f.name)
+        for name in _field_names(cls):
+            got[name] = cls.FIELDS[name].get(r, got, name)
         if r.remaining:
             raise MalformedMessageError(f"{r.remaining} trailing bytes after {cls.__name__}")
-        return cls(**got)
+        return cls._decoded(got)
     except MalformedMessageError:
         raise
     except (struct.error, ValueError, TypeError, OverflowError, IndexError) as exc:  # defensive: typed only

@@ -129,6 +129,30 @@ def test_construction_validates() -> None:
         m.encode(object())  # type: ignore[arg-type]
 
 
+def test_decoded_fields_are_what_construction_makes() -> None:
+    """decode skips the checks its decoders already guarantee (Field.DECODE_CHECKED), so every decoded field
+    must have exactly the type and value the constructor's check would give it."""
+    for msg in EXAMPLES:
+        back = m.decode(m.encode(msg))
+        for name, field in type(msg).FIELDS.items():
+            value = getattr(back, name)
+            rechecked = field.check(value, name, back)
+            assert type(rechecked) is type(value), (type(msg).__name__, name)
+            if isinstance(value, np.ndarray):
+                assert rechecked.dtype == value.dtype and np.array_equal(rechecked, value)
+            else:
+                assert rechecked == value
+
+
+def test_id_lists_take_the_fast_path_only_for_plain_ints_in_range() -> None:
+    ids = m.IdList()
+    assert ids.check((0, 5, 2**32 - 2), "x", None) == (0, 5, 2**32 - 2)
+    assert ids.check([np.uint32(3)], "x", None) == (3,)  # not a tuple of ints: checked one by one
+    for bad in ((True,), (-1,), (2**32 - 1,), (1, 2.0)):
+        with pytest.raises(MalformedMessageError, match="integer in"):
+            ids.check(bad, "x", None)
+
+
 def test_every_message_type_is_registered_once() -> None:
     types = m.message_types()
     for cls in (m.AdvertiseRequest, m.AdvertiseKeys, m.ShareKeysRequest, m.ShareKeys, m.MaskedInputRequest,
