@@ -97,7 +97,9 @@ class AdaFGLOptions:
             whose own validation nodes are predicted better by the federated extractor (:math:`\\hat P`) than by
             its best personalised epoch keeps the extractor's prediction. Local only (the client's validation
             labels, nothing sent); it makes explicit the fall-back on the federated model that eqs. (9) and (17)
-            intend where local topology does not help (issue 27). (default: ``"none"``)
+            intend where local topology does not help (issue 27). Measured on Squirrel, Louvain, 60/20/20, seeds
+            0-2, CPU: 41.2 against 41.7 without it (FedAvg-GCN 42.7); a client's validation nodes are too few to
+            choose between the two reliably. (default: ``"none"``)
         knowledge_preserving: ablation "w/o K.P." when False (drop eq. (8)).
         feature_embedding: ablation "w/o T.F." when False (drop :math:`H_f`).
         message_passing: ablation "w/o L.M." when False (drop :math:`H_m`).
