@@ -32,11 +32,13 @@ Usage (results go to ``--out``, default ``results/reproduce_fedlog``, which git 
     python examples/reproduce_fedlog.py report --results results/reproduce_fedlog/claim_*.json
 
 ``--partition-dir`` reads O-pFGL's own partitions (rebuilt by ``examples/opfgl_reference_partition.py``), the
-ones the targets were measured on. Seeds 0/1/2 under secagg there (``--classifier-mode released``; plaintext is
-identical, the uploads being grid-rounded), mean +- population std, target in brackets: Cora louvain+
-71.32/70.32/67.55 = 69.73 +- 1.59 (69.08), Cora metis+ 76.35/78.10/75.72 = 76.72 +- 1.01 (75.08), CiteSeer
-louvain+ 62.20/65.18/62.21 = 63.20 +- 1.40 (61.19), CiteSeer metis+ 64.78/65.38/65.24 = 65.13 +- 0.26 (64.92)
-(10-20 min per Cora run and 25-45 min per CiteSeer run on one CPU core).
+ones the targets were measured on. Under secagg there (``--classifier-mode released``; plaintext is identical,
+the uploads being grid-rounded), mean +- population std, target in brackets, re-measured on 2026-11-29 into
+``reproductions/fedlog/table_reference_partitions.json``: Cora louvain+ seeds 0/1/2 71.04/70.32/67.55 = 69.64 +-
+1.50 (69.08), Cora metis+ 76.17/78.10/75.72 = 76.66 +- 1.03 (75.08), CiteSeer louvain+ seed 0 64.26 (61.19),
+CiteSeer metis+ seed 0 66.03 (64.92). An earlier measurement, before the code's later refactors, gave Cora
+71.32/70.32/67.55 and 76.35/78.10/75.72, CiteSeer louvain+ 62.20/65.18/62.21 = 63.20 +- 1.40 and metis+
+64.78/65.38/65.24 = 65.13 +- 0.26 (10-20 min per Cora run and 25-45 min per CiteSeer run on one CPU core).
 
 Claim, measured (``claim --seeds 0 1 2 --classifier-mode released``, secagg, 100 rounds, ``--prompt-mode paper``
 for ``fedlog`` and ``none`` for ``fedlog-nopg``; merged with ``report``): the verdict is "does not hold" for Cora

@@ -157,8 +157,9 @@ NOTES: dict[str, list[str]] = {
     ],
     "fedlog": [
         "The generalisation claim is measured not to hold (Cora and CiteSeer, K = 3, 5, 10; the table is in the "
-        "docstring quoted below); FedLoG runs take 10-45 min per seed on one CPU core and were not re-run into "
-        "saved results for this page.",
+        "docstring quoted below); its runs (10-45 min per seed on one CPU core, three methods, three client "
+        "counts) were not re-run into saved results for this page. The table's CiteSeer cells have one saved "
+        "seed each at most: a CiteSeer run takes 25-45 min on one core.",
     ],
 }
 
