@@ -21,7 +21,6 @@ from __future__ import annotations
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from functools import cache
 from typing import Any, ClassVar, TypeVar, overload
 
 import numpy as np
@@ -640,10 +639,15 @@ def message_types() -> dict[int, type[Message]]:
     return dict(_REGISTRY)
 
 
-@cache
+_FIELD_NAMES: dict[type[Message], tuple[str, ...]] = {}
+
+
 def _field_names(cls: type[Message]) -> tuple[str, ...]:
     """A message class's field names in wire order (``dataclasses.fields`` once per class)."""
-    return tuple(f.name for f in fields(cls))
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in fields(cls))
+    return names
 
 
 def encode(message: Message) -> bytes:
