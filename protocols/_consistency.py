@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from securefgl.errors import MalformedMessageError
+from securefgl.protocols._fields import _Reader
 from securefgl.protocols._identity import SIGNATURE_BYTES, IdentityDirectory, survivors_statement
 from securefgl.protocols.messages import (
     U32,
@@ -39,7 +40,6 @@ from securefgl.protocols.messages import (
     IdList,
     KeyTable,
     Message,
-    _Reader,
 )
 
 __all__ = [

@@ -1,0 +1,386 @@
+"""Hazmat: the field codecs of the wire messages (:mod:`securefgl.protocols.messages`).
+
+One :class:`Field` per kind of value on the wire (integers, ids, byte strings, key tables, envelopes, ring
+vectors, Shamir share matrices): ``check`` validates a value when a message is built, ``put`` encodes it and
+``get`` decodes it from a bounds-checked :class:`_Reader`, raising
+:class:`~securefgl.errors.MalformedMessageError` and nothing else. Re-exported by
+:mod:`~securefgl.protocols.messages`.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import numpy as np
+
+from securefgl.errors import MalformedMessageError
+from securefgl.protocols._shamir import PRIME
+
+__all__ = [
+    "U8",
+    "U16",
+    "U32",
+    "U64",
+    "Blob",
+    "Envelopes",
+    "Field",
+    "Fixed",
+    "IdList",
+    "Int",
+    "KeyTable",
+    "OptionalId",
+    "RingVector",
+    "ShareMatrix",
+    "Text",
+]
+
+_U32_MAX = 2**32 - 1
+_NONE_U32 = 2**32 - 1  # encodes "no recipient"
+
+
+class _Reader:
+    """Bounds-checked cursor over a received message."""
+
+    __slots__ = ("buf", "pos")
+
+    def __init__(self, buf: memoryview) -> None:
+        self.buf = buf
+        self.pos = 0
+
+    @property
+    def remaining(self) -> int:
+        return len(self.buf) - self.pos
+
+    def take(self, n: int) -> memoryview:
+        if n < 0 or n > self.remaining:
+            raise MalformedMessageError(
+                f"truncated message: need {n} bytes at offset {self.pos}, have {self.remaining}"
+            )
+        out = self.buf[self.pos : self.pos + n]
+        self.pos += n
+        return out
+
+    def unpack(self, fmt: struct.Struct) -> tuple[Any, ...]:
+        return fmt.unpack(self.take(fmt.size))
+
+    def count(self, item_bytes: int, what: str) -> int:
+        (n,) = self.unpack(U32)
+        if n * item_bytes > self.remaining:
+            raise MalformedMessageError(
+                f"{what}: count {n} needs {n * item_bytes} bytes but only {self.remaining} remain"
+            )
+        return int(n)
+
+
+#: Big-endian unsigned integer layouts, for :class:`Int` fields.
+U8 = struct.Struct(">B")
+U16 = struct.Struct(">H")
+U32 = struct.Struct(">I")
+U64 = struct.Struct(">Q")
+
+
+def _int_in(value: Any, lo: int, hi: int, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not lo <= int(value) <= hi:
+        raise MalformedMessageError(f"field {name!r} must be an integer in [{lo}, {hi}], got {value!r}")
+    return int(value)
+
+
+class Field:
+    """Codec of one field: ``check`` (at construction), ``put`` (encode), ``get`` (decode).
+
+    ``DECODE_CHECKED`` is true when ``get`` already returns exactly what ``check`` would (same type, same
+    bounds): :func:`decode` then does not check the value a second time. Fields whose ``get`` leaves a bound
+    to ``check`` (an :class:`Int` below its maximum, a :class:`RingVector`'s range) keep it false.
+    """
+
+    DECODE_CHECKED: ClassVar[bool] = False
+
+    def check(self, value: Any, name: str, msg: Any) -> Any:
+        raise NotImplementedError
+
+    def put(self, value: Any, out: list[bytes | memoryview], msg: Any) -> None:
+        raise NotImplementedError
+
+    def get(self, r: _Reader, got: Mapping[str, Any], name: str) -> Any:
+        raise NotImplementedError
+
+
+class Int(Field):
+    """An unsigned integer in ``[0, hi]``, packed with ``fmt`` (one of :data:`U8` ... :data:`U64`)."""
+
+    def __init__(self, fmt: struct.Struct, hi: int) -> None:
+        self.fmt, self.hi = fmt, hi
+
+    def check(self, value: Any, name: str, msg: Any) -> int:
+        return _int_in(value, 0, self.hi, name)
+
+    def put(self, value: int, out: list[bytes | memoryview], msg: Any) -> None:
+        out.append(self.fmt.pack(value))
+
+    def get(self, r: _Reader, got: Mapping[str, Any], name: str) -> int:
+        return int(r.unpack(self.fmt)[0])
+
+
+class OptionalId(Field):
+    """A client id or ``None`` (encoded as 2^32 - 1)."""
+
+    DECODE_CHECKED: ClassVar[bool] = True
+
+    def check(self, value: Any, name: str, msg: Any) -> int | None:
+        return None if value is None else _int_in(value, 0, _U32_MAX - 1, name)
+
+    def put(self, value: int | None, out: list[bytes | memoryview], msg: Any) -> None:
+        out.append(U32.pack(_NONE_U32 if value is None else value))
+
+    def get(self, r: _Reader, got: Mapping[str, Any], name: str) -> int | None:
+        (v,) = r.unpack(U32)
+        return None if v == _NONE_U32 else int(v)
+
+
+class Fixed(Field):
+    """A byte string of exactly ``size`` bytes (keys, digests, session ids)."""
+
+    DECODE_CHECKED: ClassVar[bool] = True
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def check(self, value: Any, name: str, msg: Any) -> bytes:
+        if not isinstance(value, (bytes, bytearray, memoryview)) or len(value) != self.size:
+            raise MalformedMessageError(
+                f"field {name!r} must be {self.size} bytes, got {type(value).__name__}"
+            )
+        return bytes(value)
+
+    def put(self, value: bytes, out: list[bytes | memoryview], msg: Any) -> None:
+        out.append(value)
+
+    def get(self, r: _Reader, got: Mapping[str, Any], name: str) -> bytes:
+        return bytes(r.take(self.size))
+
+
+class Blob(Field):
+    """A length-prefixed (u32) byte string of at most ``max_len`` bytes."""
+
+    DECODE_CHECKED: ClassVar[bool] = True
+
+    def __init__(self, max_len: int = 1 << 16) -> None:
+        self.max_len = max_len
+
+    def check(self, value: Any, name: str, msg: Any) -> bytes:
+        if not isinstance(value, (bytes, bytearray, memoryview)) or len(value) > self.max_len:
+            raise MalformedMessageError(f"field {name!r} must be bytes of at most {self.max_len} bytes")
+        return bytes(value)
+
+    def put(self, value: bytes, out: list[bytes | memoryview], msg: Any) -> None:
+        out.append(U32.pack(len(value)) + value)
+
+    def get(self, r: _Reader, got: Mapping[str, Any], name: str) -> bytes:
+        n = r.count(1, name)
+        if n > self.max_len:
+            raise MalformedMessageError(f"field {name!r}: {n} bytes exceed the limit {self.max_len}")
+        return bytes(r.take(n))
+
+
+class Text(Field):
+    """A length-prefixed (u16) UTF-8 string of at most ``max_len`` encoded bytes."""
+
+    DECODE_CHECKED: ClassVar[bool] = True
+
+    def __init__(self, max_len: int = 4096) -> None:
+        self.max_len = max_len
+
+    def check(self, value: Any, name: str, msg: Any) -> str:
+        if not isinstance(value, str) or len(value.encode("utf-8", "surrogatepass")) > self.max_len:
+            raise MalformedMessageError(f"field {name!r} must be a str of at most {self.max_len} UTF-8 bytes")
+        return value
+
+    def put(self, value: str, out: list[bytes | memoryview], msg: Any) -> None:
+        raw = value.encode("utf-8", "replace")
+        out.append(U16.pack(len(raw)) + raw)
+
+    def get(self, r: _Reader, got: Mapping[str, Any], name: str) -> str:
+        (n,) = r.unpack(U16)
+        if n > self.max_len:
+            raise MalformedMessageError(f"field {name!r}: {n} bytes exceed the limit {self.max_len}")
+        try:
+            return bytes(r.take(n)).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise MalformedMessageError(f"field {name!r} is not valid UTF-8") from exc
+
+
+class IdList(Field):
+    """A tuple of client ids (u32). Order and duplicates are kept: receivers judge them."""
+
+    DECODE_CHECKED: ClassVar[bool] = True
+
+    def check(self, value: Any, name: str, msg: Any) -> tuple[int, ...]:
+        # fast path (C-level loops) for what callers build: a tuple of plain ints in range
+        if (
+            type(value) is tuple
+            and set(map(type, value)) <= {int}
+            and (not value or (min(value) >= 0 and max(value) <= _U32_MAX - 1))
+        ):
+            return value
+        return tuple(_int_in(v, 0, _U32_MAX - 1, name) for v in value)
+
+    def put(self, value: tuple[int, ...], out: list[bytes | memoryview], msg: Any) -> None:
+        out.append(U32.pack(len(value)) + np.asarray(value, dtype=">u4").tobytes())
+
+    def get(self, r: _Reader, got: Mapping[str, Any], name: str) -> tuple[int, ...]:
+        n = r.count(4, name)
+        ids = np.frombuffer(r.take(4 * n), dtype=">u4")
+        if n and int(ids.max()) == _NONE_U32:
+            raise MalformedMessageError(f"field {name!r} contains the reserved id {_NONE_U32}")
+        return tuple(int(v) for v in ids)
+
+
+class KeyTable(Field):
+    """Tuple of ``(client_id, channel_pk, mask_pk)`` with 32-byte X25519 public keys."""
+
+    DECODE_CHECKED: ClassVar[bool] = True
+
+    _ROW = struct.Struct(">I32s32s")
+
+    def check(self, value: Any, name: str, msg: Any) -> tuple[tuple[int, bytes, bytes], ...]:
+        rows = []
+        for row in value:
+            cid, cpk, spk = row
+            rows.append(
+                (
+                    _int_in(cid, 0, _U32_MAX - 1, name),
+                    Fixed(32).check(cpk, name, msg),
+                    Fixed(32).check(spk, name, msg),
+                )
+            )
+        return tuple(rows)
+
+    def put(
+        self, value: tuple[tuple[int, bytes, bytes], ...], out: list[bytes | memoryview], msg: Any
+    ) -> None:
+        out.append(U32.pack(len(value)) + b"".join(self._ROW.pack(*row) for row in value))
+
+    def get(self, r: _Reader, got: Mapping[str, Any], name: str) -> tuple[tuple[int, bytes, bytes], ...]:
+        n = r.count(self._ROW.size, name)
+        rows = tuple(
+            (int(c), bytes(a), bytes(b)) for c, a, b in self._ROW.iter_unpack(r.take(n * self._ROW.size))
+        )
+        if any(c == _NONE_U32 for c, _, _ in rows):
+            raise MalformedMessageError(f"field {name!r} contains the reserved id {_NONE_U32}")
+        return rows
+
+
+class Envelopes(Field):
+    """Tuple of ``(peer_id, ciphertext)``: shares encrypted for (or from) one peer each."""
+
+    DECODE_CHECKED: ClassVar[bool] = True
+
+    def __init__(self, max_len: int = 1 << 16) -> None:
+        self.max_len = max_len
+
+    def check(self, value: Any, name: str, msg: Any) -> tuple[tuple[int, bytes], ...]:
+        return tuple(
+            (_int_in(p, 0, _U32_MAX - 1, name), Blob(self.max_len).check(c, name, msg)) for p, c in value
+        )
+
+    def put(self, value: tuple[tuple[int, bytes], ...], out: list[bytes | memoryview], msg: Any) -> None:
+        out.append(U32.pack(len(value)))
+        out.extend(U32.pack(p) + U32.pack(len(c)) + c for p, c in value)
+
+    def get(self, r: _Reader, got: Mapping[str, Any], name: str) -> tuple[tuple[int, bytes], ...]:
+        n = r.count(8, name)
+        blob = Blob(self.max_len)
+        rows = []
+        for _ in range(n):
+            (peer,) = r.unpack(U32)
+            if peer == _NONE_U32:
+                raise MalformedMessageError(f"field {name!r} contains the reserved id {_NONE_U32}")
+            rows.append((int(peer), blob.get(r, got, name)))
+        return tuple(rows)
+
+
+class RingVector(Field):
+    """A vector of ring elements of ``bits`` bits (``bits`` is the message's ``ring_bits`` field).
+
+    Wire form: ``u64 count`` then ``count`` little-endian integers of ``ceil(bits/8)`` bytes. Decoded as
+    uint32 when ``bits <= 32``, else uint64; every element must be below :math:`2^{bits}`. When the width
+    is a whole word (32 or 64 bits) the decoded array is a read-only view of the message
+    bytes, not a copy; copy it before writing to it.
+    """
+
+    def __init__(self, bits_field: str = "ring_bits") -> None:
+        self.bits_field = bits_field
+
+    @staticmethod
+    def _dtype(bits: int) -> np.dtype:
+        return np.dtype("<u4") if bits <= 32 else np.dtype("<u8")
+
+    def check(self, value: Any, name: str, msg: Any) -> np.ndarray:
+        bits = getattr(msg, self.bits_field)
+        if not isinstance(value, np.ndarray) or value.ndim != 1 or value.dtype.kind != "u":
+            raise MalformedMessageError(f"field {name!r} must be a 1-D unsigned integer array")
+        if value.size and bits < 8 * value.dtype.itemsize and int(value.max()) >> bits:
+            raise MalformedMessageError(f"field {name!r} has elements >= 2^{bits}")
+        return value
+
+    def put(self, value: np.ndarray, out: list[bytes | memoryview], msg: Any) -> None:
+        bits = getattr(msg, self.bits_field)
+        width = -(-bits // 8)
+        out.append(U64.pack(value.size))
+        arr = np.ascontiguousarray(value.astype(self._dtype(bits), copy=False))
+        if width == arr.dtype.itemsize:
+            # bytes.join reads the buffer directly: one copy into the message, not two
+            out.append(arr.tobytes() if not arr.dtype.isnative else arr.data.cast("B"))
+        else:
+            out.append(arr.view(np.uint8).reshape(-1, arr.dtype.itemsize)[:, :width].tobytes())
+
+    def get(self, r: _Reader, got: Mapping[str, Any], name: str) -> np.ndarray:
+        bits = got[self.bits_field]
+        if not 1 <= bits <= 64:
+            raise MalformedMessageError(f"field {self.bits_field!r} must be in [1, 64], got {bits}")
+        width = -(-bits // 8)
+        (count,) = r.unpack(U64)
+        if count * width > r.remaining:
+            raise MalformedMessageError(
+                f"field {name!r}: {count} elements of {width} bytes exceed the message"
+            )
+        raw = r.take(count * width)
+        dtype = self._dtype(bits)
+        if width == dtype.itemsize:
+            # a read-only view of the received bytes (no copy; the server sums it in place)
+            arr = np.frombuffer(raw, dtype=dtype)
+            if not arr.dtype.isnative:  # pragma: no cover - big-endian hosts only
+                arr = arr.astype(dtype.newbyteorder("="))
+        else:
+            buf = np.zeros((count, dtype.itemsize), dtype=np.uint8)
+            buf[:, :width] = np.frombuffer(raw, dtype=np.uint8).reshape(count, width)
+            arr = buf.view(dtype).reshape(count).astype(dtype.newbyteorder("="), copy=False)
+        return arr  # the range check (elements < 2^bits) runs once, in ``check``, on construction
+
+
+class ShareMatrix(Field):
+    """A ``(rows, limbs)`` matrix of Shamir share limbs, each below the field prime."""
+
+    DECODE_CHECKED: ClassVar[bool] = True
+
+    def check(self, value: Any, name: str, msg: Any) -> np.ndarray:
+        if not isinstance(value, np.ndarray) or value.ndim != 2 or value.dtype.kind not in "ui":
+            raise MalformedMessageError(f"field {name!r} must be a 2-D integer array")
+        if value.size and (int(value.min()) < 0 or int(value.max()) >= PRIME):
+            raise MalformedMessageError(f"field {name!r} has values outside [0, {PRIME})")
+        return value.astype(np.uint32)
+
+    def put(self, value: np.ndarray, out: list[bytes | memoryview], msg: Any) -> None:
+        out.append(U32.pack(value.shape[0]) + U32.pack(value.shape[1]))
+        out.append(np.ascontiguousarray(value, dtype="<u4").tobytes())
+
+    def get(self, r: _Reader, got: Mapping[str, Any], name: str) -> np.ndarray:
+        rows, cols = r.unpack(U32)[0], r.unpack(U32)[0]
+        if rows * cols * 4 > r.remaining:
+            raise MalformedMessageError(f"field {name!r}: a {rows}x{cols} matrix exceeds the message")
+        arr = np.frombuffer(r.take(rows * cols * 4), dtype="<u4").astype(np.uint32).reshape(rows, cols)
+        if arr.size and int(arr.max()) >= PRIME:
+            raise MalformedMessageError(f"field {name!r} has values >= {PRIME}")
+        return arr
