@@ -525,8 +525,7 @@ def opfgl_rows(records: Sequence[dict[str, Any]]) -> list[str]:
                 f"{_pop(vals(pla, 'test_f1'))} | {_seeds(sec, pla)} | "
                 f"{statistics.fmean(r['seconds'] for r in runs):.0f} | `{rec['_file']}` |"
             )
-        total = sum(r["seconds"] for cell in rec["cells"] for r in cell["runs"])
-        lines += ["", f"Run time of `{rec['_file']}`: {total / 60:.0f} min in all, on: {rec['machine']}."]
+        lines += _run_time(rec)
     return lines
 
 
@@ -570,9 +569,14 @@ def fedlog_rows(records: Sequence[dict[str, Any]]) -> list[str]:
                 f"{diff} | {within} | {_seeds(sec, pla)} | "
                 f"{statistics.fmean(r['seconds'] for r in runs):.0f} | `{rec['_file']}` |"
             )
-        total = sum(r["seconds"] for cell in rec["cells"] for r in cell["runs"])
-        lines += ["", f"Run time of `{rec['_file']}`: {total / 60:.0f} min in all, on: {rec['machine']}."]
+        lines += _run_time(rec)
     return lines
+
+
+def _run_time(rec: dict[str, Any]) -> list[str]:
+    """The line under a table: the result file's total run time and the machine it ran on."""
+    total = sum(r["seconds"] for cell in rec["cells"] for r in cell["runs"])
+    return ["", f"Run time of `{rec['_file']}`: {total / 60:.0f} min in all, on: {rec['machine']}."]
 
 
 def _paper(target: Sequence[float] | None, i: int) -> str:
@@ -655,8 +659,7 @@ def fedspray_rows(records: Sequence[dict[str, Any]]) -> list[str]:
                 f"{_pop(vals(sec, 'test_acc', alt))} | {_seeds(sec, pla)} | "
                 f"{statistics.fmean(r['seconds'] for r in runs):.0f} | `{rec['_file']}` |"
             )
-        total = sum(r["seconds"] for cell in rec["cells"] for r in cell["runs"])
-        lines += ["", f"Run time of `{rec['_file']}`: {total / 60:.0f} min in all, on: {rec['machine']}."]
+        lines += _run_time(rec)
     return lines
 
 
