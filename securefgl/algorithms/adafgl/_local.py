@@ -195,7 +195,7 @@ def train_prepared(
     results = []
     for i, p in enumerate(prepared):
         outcome, fell_back = outcomes[i], False
-        if getattr(options, "fallback", "none") == "extractor":
+        if options.fallback == "extractor":
             outcome, fell_back = extractor_fallback(outcome, p.inputs)
         results.append(
             StepTwoResult(
