@@ -16,7 +16,9 @@ associated data ``version || purpose || sid || round || u || v``, so a ciphertex
 another session, round, purpose or direction, nor attributed to another sender. Every failure
 (truncated blob, wrong key, wrong associated data, low-order peer key) raises the single detail-free
 :class:`~securefgl.errors.InvalidMessage`, checked before anything is decoded. Replays *within* a session
-(the same blob delivered twice) are the receiving state machine's job.
+(the same blob delivered twice) are the receiving state machine's job. A channel that serves several uses
+of one session (a resumed SecAgg+ session) binds each message to its use with ``bind`` (the use id), which
+the associated data carries, so a ciphertext of one use does not open in another.
 
 Authentication is only as good as the binding of public keys to client ids: the server relays the keys,
 so an honest-but-curious server is harmless, but a malicious server without a PKI can sit in the middle
@@ -105,9 +107,9 @@ class PeerChannel:
             derive_key(shared, info, session_id=self._sid, round_index=self._round, pair=(self.peer, self.me))
         )
 
-    def _ad(self, src: int, dst: int) -> bytes:
+    def _ad(self, src: int, dst: int, bind: bytes) -> bytes:
         p = self._purpose.encode()
-        return (
+        ad = (
             INFO_PREFIX
             + struct.pack(">I", len(p))
             + p
@@ -115,14 +117,16 @@ class PeerChannel:
             + self._sid
             + struct.pack(">QQQ", self._round, src, dst)
         )
+        return ad + struct.pack(">I", len(bind)) + bind if bind else ad
 
-    def seal(self, plaintext: bytes) -> bytes:
-        """``nonce || AEAD ciphertext`` of ``plaintext`` from ``me`` to ``peer`` (fresh random nonce)."""
+    def seal(self, plaintext: bytes, *, bind: bytes = b"") -> bytes:
+        """``nonce || AEAD ciphertext`` of ``plaintext`` from ``me`` to ``peer`` (fresh random nonce),
+        bound to ``bind`` (e.g. a use id; empty: the session alone)."""
         nonce = os.urandom(NONCE_BYTES)
-        return nonce + self._send.encrypt(nonce, bytes(plaintext), self._ad(self.me, self.peer))
+        return nonce + self._send.encrypt(nonce, bytes(plaintext), self._ad(self.me, self.peer, bind))
 
-    def open(self, blob: bytes) -> bytes:
-        """The plaintext of a message from ``peer`` to ``me``.
+    def open(self, blob: bytes, *, bind: bytes = b"") -> bytes:
+        """The plaintext of a message from ``peer`` to ``me`` sealed with the same ``bind``.
 
         Raises:
             InvalidMessage: any authentication failure (no detail).
@@ -131,7 +135,7 @@ class PeerChannel:
             raise InvalidMessage()
         try:
             return self._recv.decrypt(
-                bytes(blob[:NONCE_BYTES]), bytes(blob[NONCE_BYTES:]), self._ad(self.peer, self.me)
+                bytes(blob[:NONCE_BYTES]), bytes(blob[NONCE_BYTES:]), self._ad(self.peer, self.me, bind)
             )
         except InvalidTag:
             raise InvalidMessage() from None

@@ -87,6 +87,9 @@ def encode_real_into(
 ) -> bool:
     """Stochastically round ``scale * x`` to integers written into ``dst`` (two's complement words).
 
+    A chunk whose values all lie on the grid (``scale * x`` integral, as grid-rounded uploads are) is copied
+    without drawing rounding bits: stochastic rounding of an integer is that integer.
+
     Args:
         x: flat ``float32`` or ``float64`` values (contiguous).
         scale: :math:`2^f` with :math:`f \\ge 0` (multiplication is exact).
@@ -119,6 +122,10 @@ def encode_real_into(
         np.abs(yc, out=yc)
         np.floor(yc, out=flc)
         np.subtract(yc, flc, out=yc)
+        if not yc.any():  # already on the grid (e.g. grid-rounded uploads): nothing to round, no bits drawn
+            np.copysign(flc, xc, out=flc)
+            np.copyto(dst[i : i + k], flc, casting="unsafe")
+            continue
         np.multiply(yc, two_w, out=tc, casting="unsafe")  # floor(2^w * frac)
         bits.fill(uc)
         np.less(uc, tc, out=upc)

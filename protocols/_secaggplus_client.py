@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 import numpy as np
@@ -38,17 +37,19 @@ from securefgl.protocols._consistency import (
     certified_signers,
     quorum,
 )
-from securefgl.protocols._harary import GraphParameters
 from securefgl.protocols._identity import IdentityDirectory, advertise_statement, survivors_statement
 from securefgl.protocols._prg import KEY_BYTES, MaskExpander, RandomSource, system_random
 from securefgl.protocols._release import refuse_small_sum
 from securefgl.protocols._rounding import RoundingBits
+from securefgl.protocols._secaggplus_client_use import SecAggPlusClientState, UseLifecycle
 from securefgl.protocols._secaggplus_params import SecAggPlusConfig, Stage, resolve_graph
+from securefgl.protocols._secaggplus_resume import SEED_SHARE_BYTES, ClientSession
 from securefgl.protocols._secaggplus_session import (
     SHARE_BYTES,
     SHARE_PLAINTEXT,
     ClipLayout,
     commitment,
+    hkdf_extract,
     pad_key,
     pair_key,
     private_key,
@@ -68,6 +69,7 @@ from securefgl.protocols.messages import (
     MaskedInput,
     MaskedInputRequest,
     Message,
+    ResumeRequest,
     ShareKeys,
     ShareKeysRequest,
     Unmask,
@@ -81,33 +83,7 @@ __all__ = ["SecAggPlusClient", "SecAggPlusClientState"]
 log = logging.getLogger("securefgl.protocols.secagg.client")
 
 
-@dataclass
-class SecAggPlusClientState:
-    """What a client holds during one session (secrets are wiped after unmasking or an abort)."""
-
-    stage: str = "start"
-    request: AdvertiseRequest | None = None
-    params: GraphParameters | None = None
-    channel_sk: X25519PrivateKey | None = None
-    mask_sk: X25519PrivateKey | None = None
-    mask_sk_raw: bytearray = field(default_factory=bytearray)
-    seed: bytearray = field(default_factory=bytearray)
-    session_id: bytes = b""
-    keys: dict[int, tuple[bytes, bytes]] = field(default_factory=dict)
-    neighbours: tuple[int, ...] = ()
-    channels: dict[int, PeerChannel] = field(default_factory=dict)
-    mask_keys: dict[int, bytes] = field(default_factory=dict)
-    self_mask_key: bytes = b""
-    own_shares: np.ndarray | None = None
-    seed_shares: dict[int, np.ndarray] = field(default_factory=dict)
-    key_shares: dict[int, np.ndarray] = field(default_factory=dict)
-    senders: tuple[int, ...] = ()
-    complaints: tuple[int, ...] = ()
-    masked_with: tuple[int, ...] = ()
-    survivors: tuple[int, ...] = ()
-
-
-class SecAggPlusClient:
+class SecAggPlusClient(UseLifecycle):
     """A SecAgg/SecAgg+ client: a state machine that turns one request (bytes) into one reply (bytes).
 
     It checks every request against its own configuration (schema, round, context, protocol
@@ -130,9 +106,17 @@ class SecAggPlusClient:
             consistency round, the survivor set). Required when ``directory`` is given.
         directory: every client's identity public key, from configuration: with it the client accepts
             only signed key tables. Required by the consistency round.
+        session: what this client kept from the previous use of a session (its :attr:`session` after that
+            use): the client then expects a ``resume`` request instead of a key agreement
+            (:mod:`~securefgl.protocols._secaggplus_resume`). (default: ``None``)
+
+    Attributes:
+        session: after a use that allows another one (``config.session_uses``, every neighbour alive),
+            what the next use needs; ``None`` otherwise (the secrets are wiped).
 
     Raises:
-        ConfigError: the consistency round without identities, or a key without a directory.
+        ConfigError: the consistency round without identities, a key without a directory, or a session
+            of another client or configuration.
     """
 
     def __init__(
@@ -150,7 +134,13 @@ class SecAggPlusClient:
         encode_rng: RoundingBits | np.random.Generator | None = None,
         identity: Ed25519PrivateKey | None = None,
         directory: IdentityDirectory | None = None,
+        session: ClientSession | None = None,
     ) -> None:
+        if session is not None and (session.party_id != party_id or config.session_uses < 2):
+            raise ConfigError(
+                f"client {party_id} cannot resume the session of client {session.party_id} with "
+                f"session_uses={config.session_uses}"
+            )
         if (identity is None) != (directory is None) or (config.consistency and directory is None):
             raise ConfigError(
                 "identity and directory go together, and the consistency round needs both "
@@ -176,6 +166,9 @@ class SecAggPlusClient:
         self.error: ProtocolError | None = None
         self.refusals: list[ProtocolError] = []
         self.result: Sums | None = None
+        self._resumed = session
+        self.session: ClientSession | None = None
+        self._continues = False
         #: Wall time of the steps of ``masked_input`` (decrypt shares, encode, mask, serialise), seconds.
         self.step_seconds: dict[str, float] = {}
 
@@ -185,6 +178,7 @@ class SecAggPlusClient:
         AdvertiseRequest,
         ShareKeysRequest,
         SignedShareKeysRequest,
+        ResumeRequest,
         MaskedInputRequest,
         ConsistencyRequest,
         UnmaskRequest,
@@ -205,6 +199,13 @@ class SecAggPlusClient:
             Stage.MASKED_INPUT.value: (UnmaskRequest, Stage.UNMASKING.value),
             Stage.UNMASKING.value: (DeliverRequest, Stage.DELIVER.value),
         }
+        if self._resumed is not None:
+            order = {
+                "start": (ResumeRequest, Stage.RESUME.value),
+                Stage.RESUME.value: (MaskedInputRequest, Stage.MASKED_INPUT.value),
+                **{k: v for k, v in order.items() if k not in ("start", Stage.ADVERTISE_KEYS.value)},
+            }
+            del order[Stage.SHARE_KEYS.value]
         if self.config.consistency:
             order[Stage.MASKED_INPUT.value] = (ConsistencyRequest, Stage.CONSISTENCY_CHECK.value)
             order[Stage.CONSISTENCY_CHECK.value] = (CertifiedUnmaskRequest, Stage.UNMASKING.value)
@@ -255,11 +256,6 @@ class SecAggPlusClient:
             return abort_message(exc)
         return None if reply is None else reply.to_bytes()
 
-    def _fail(self, cls: type[ProtocolError], message: str, phase: str) -> ProtocolError:
-        return cls(message, party=self.party_id, phase=phase)
-
-    # -- stages --------------------------------------------------------------------------------------
-
     def _advertise_keys(self, req: AdvertiseRequest) -> AdvertiseKeys | SignedAdvertiseKeys:
         ph = Stage.ADVERTISE_KEYS.value
         invited = req.invited
@@ -267,21 +263,7 @@ class SecAggPlusClient:
             raise self._fail(MalformedMessageError, "invited list is not sorted and unique", ph)
         if self.party_id not in invited:
             raise self._fail(InconsistentViewError, "this client is not in the invited list", ph)
-        mism = []
-        if req.protocol != self.protocol_name:
-            mism.append(f"protocol {req.protocol!r} != {self.protocol_name!r}")
-        if req.round_index != self.round_index:
-            mism.append(f"round {req.round_index} != {self.round_index}")
-        if req.schema_fingerprint != self.schema.fingerprint():
-            mism.append("schema fingerprint differs")
-        if req.ring_bits != self.schema.ring_bits or req.length != self.layout.length:
-            mism.append(
-                f"ring/length ({req.ring_bits}, {req.length}) != ({self.schema.ring_bits}, {self.layout.length})"
-            )
-        if req.prg != self.config.prg:
-            mism.append(f"prg {req.prg!r} != {self.config.prg!r}")
-        if req.recipient != self.recipient:
-            mism.append(f"recipient {req.recipient} != {self.recipient}")
+        mism = self._mismatches(req)
         if not mism:
             params = resolve_graph(self.config, len(invited))
             if (req.degree, req.threshold) != (params.degree, params.threshold):
@@ -293,7 +275,7 @@ class SecAggPlusClient:
                 InconsistentViewError, "session parameters differ from this client's: " + "; ".join(mism), ph
             )
         s = self.state
-        s.request, s.params = req, params
+        s.request, s.params, s.round_index = req, params, req.round_index
         s.channel_sk = private_key(self._random)
         s.mask_sk_raw = bytearray(self._random(KEY_BYTES))
         s.mask_sk = X25519PrivateKey.from_private_bytes(bytes(s.mask_sk_raw))
@@ -373,7 +355,8 @@ class SecAggPlusClient:
             used = set(nbrs) | ({self.recipient} if self.recipient is not None else set())
             self._check_key_signatures(req, used, ph)
         s.session_id, s.keys, s.neighbours = sid, table, nbrs
-        r = s.request.round_index
+        r = s.round_index
+        keep = self.config.session_uses > 1  # the raw secrets a resumed use derives its keys from
         try:
             for v in nbrs:
                 if v == self.party_id:
@@ -385,6 +368,8 @@ class SecAggPlusClient:
                 )
                 mshared = s.mask_sk.exchange(X25519PublicKey.from_public_bytes(spk))
                 s.mask_keys[v] = pair_key(mshared, sid, r, self.party_id, v)
+                if keep:
+                    s.mask_prk[v] = hkdf_extract(mshared)
         except ValueError:
             raise self._fail(
                 InconsistentViewError, "a neighbour advertised a degenerate (low-order) public key", ph
@@ -410,8 +395,12 @@ class SecAggPlusClient:
         )
 
     def _open_share(self, sender: int, blob: bytes) -> np.ndarray:
-        plain = self.state.channels[sender].open(blob)  # InvalidMessage on any authentication failure
-        if len(plain) != SHARE_BYTES:
+        """The shares in ``sender``'s envelope: ``(2, LIMBS)`` (seed, mask key) in use 0, ``(1, LIMBS)``
+        (the fresh seed) in a resumed use."""
+        rows = 1 if self._resumed is not None else 2
+        bind = self.state.session_id if rows == 1 else b""  # a resumed use binds its shares to its use id
+        plain = self.state.channels[sender].open(blob, bind=bind)  # InvalidMessage on any failure
+        if len(plain) != (SEED_SHARE_BYTES if rows == 1 else SHARE_BYTES):
             raise InvalidMessage()
         src, dst = SHARE_PLAINTEXT.unpack_from(plain)
         if (src, dst) != (sender, self.party_id):
@@ -419,7 +408,7 @@ class SecAggPlusClient:
         sh = (
             np.frombuffer(plain, dtype="<u4", offset=SHARE_PLAINTEXT.size)
             .astype(np.uint32)
-            .reshape(2, _shamir.LIMBS)
+            .reshape(rows, _shamir.LIMBS)
         )
         if int(sh.max()) >= _shamir.PRIME:
             raise InvalidMessage()
@@ -449,7 +438,9 @@ class SecAggPlusClient:
             except InvalidMessage:
                 complaints.append(v)
                 continue
-            s.seed_shares[v], s.key_shares[v] = sh[0], sh[1]
+            s.seed_shares[v] = sh[0]
+            if self._resumed is None:
+                s.key_shares[v] = sh[1]
         valid = 1 + len(s.seed_shares)
         t = s.params.threshold
         if valid < t:
@@ -474,7 +465,7 @@ class SecAggPlusClient:
         self._contribution = None
         y[self.layout.offset :] = self.layout.encode(clips)
         t2 = time.perf_counter()
-        r = s.request.round_index
+        r = s.round_index
         expander.add(y, s.self_mask_key)
         masked_with = sorted(s.seed_shares)  # forwarded (U2) neighbours whose shares authenticated
         for v in masked_with:
@@ -528,7 +519,7 @@ class SecAggPlusClient:
             )
         s.survivors = tuple(survivors)
         s.stage = ph
-        stmt = survivors_statement(s.session_id, s.request.round_index, s.survivors)
+        stmt = survivors_statement(s.session_id, s.round_index, s.survivors)
         return ConsistencySignature(session_id=s.session_id, signature=self._identity.sign(stmt))
 
     def _check_certificate(self, req: CertifiedUnmaskRequest, phase: str) -> None:
@@ -542,7 +533,7 @@ class SecAggPlusClient:
             )
         q = quorum(len(s.keys), s.params.threshold, self.config.corrupt_rate)
         signers = certified_signers(
-            self.directory, s.session_id, s.request.round_index, s.survivors, req.signatures, enough=q
+            self.directory, s.session_id, s.round_index, s.survivors, req.signatures, enough=q
         )
         if len(signers) < q:
             raise self._fail(
@@ -614,9 +605,14 @@ class SecAggPlusClient:
         )
         wipe(seed_rows, key_rows)
         s.stage = ph
+        # Another use only if this one revealed no mask key around this client: every neighbour alive.
+        self._continues = (
+            s.use + 1 < self.config.session_uses
+            and not dead
+            and tuple(alive_sorted) == tuple(sorted(s.neighbours))
+        )
         if self.recipient != self.party_id:
-            self._wipe()
-            s.stage = "done"
+            self._finish_use()
         return reply
 
     def _deliver(self, req: DeliverRequest) -> None:
@@ -645,7 +641,7 @@ class SecAggPlusClient:
             raise self._fail(MalformedMessageError, "delivered vector has the wrong ring or length", ph)
         expander = MaskExpander(self.layout.length, self.schema.ring_bits, algorithm=self.config.prg)
         acc = req.vector.astype(expander.dtype, copy=True)
-        r = s.request.round_index
+        r = s.round_index
         for u in survivors:
             try:
                 shared = s.channel_sk.exchange(X25519PublicKey.from_public_bytes(s.keys[u][0]))
@@ -656,20 +652,5 @@ class SecAggPlusClient:
         self.result = release_ring(
             self.schema, self.layout, acc, len(survivors), ph, self.config.min_contributors
         )
-        self._wipe()
-        s.stage = "done"
+        self._finish_use()
         return None
-
-    def _wipe(self) -> None:
-        """Best-effort erasure of secrets (Python cannot erase immutable copies or key objects' memory)."""
-        s = self.state
-        wipe(s.seed, s.mask_sk_raw, s.own_shares, *s.seed_shares.values(), *s.key_shares.values())
-        s.seed_shares.clear()
-        s.key_shares.clear()
-        s.mask_keys.clear()
-        s.self_mask_key = b""
-        s.channels.clear()
-        s.mask_sk = None
-        s.channel_sk = None
-        s.own_shares = None
-        self._contribution = None

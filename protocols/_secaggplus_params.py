@@ -31,20 +31,23 @@ class Stage(enum.StrEnum):
 
     ADVERTISE_KEYS = "advertise_keys"
     SHARE_KEYS = "share_keys"
+    RESUME = "resume"
     MASKED_INPUT = "masked_input"
     CONSISTENCY_CHECK = "consistency_check"
     UNMASKING = "unmasking"
     DELIVER = "deliver"
 
     @classmethod
-    def ordered(cls, *, recipient: bool, consistency: bool = False) -> tuple[str, ...]:
+    def ordered(cls, *, recipient: bool, consistency: bool = False, resumed: bool = False) -> tuple[str, ...]:
         """Stage names in order; ``consistency_check`` only with the consistency round, ``deliver``
-        only in designated-recipient mode."""
-        return tuple(
-            s.value
-            for s in cls
-            if (consistency or s is not cls.CONSISTENCY_CHECK) and (recipient or s is not cls.DELIVER)
-        )
+        only in designated-recipient mode; a resumed use of a session (``resumed``) opens with
+        ``resume`` in place of ``advertise_keys`` and ``share_keys``."""
+        skip = {cls.ADVERTISE_KEYS, cls.SHARE_KEYS} if resumed else {cls.RESUME}
+        if not consistency:
+            skip.add(cls.CONSISTENCY_CHECK)
+        if not recipient:
+            skip.add(cls.DELIVER)
+        return tuple(s.value for s in cls if s not in skip)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -84,6 +87,11 @@ class SecAggPlusConfig:
             different survivor sets collects both share kinds of a client. (default: ``False``)
         min_contributors: the fewest inputs a released sum may hold (the schema's rule applies too,
             where stricter); checked before anything is unmasked. (default: ``2``)
+        session_uses: how many sums one key agreement may serve (:mod:`~securefgl.protocols._secaggplus_resume`).
+            ``1``: every sum runs its own key agreement (Bonawitz et al.). Above 1, a session whose sum
+            completed with every client alive is resumed for the next sum over the same clients: fresh
+            per-use mask keys and self-mask seeds, no new key pairs, exchanges or mask-key shares. Any
+            dropout ends it. (default: ``1``)
     """
 
     graph: Literal["harary", "complete"] = "harary"
@@ -99,6 +107,7 @@ class SecAggPlusConfig:
     consistency_check: bool | None = None
     insecure_low_threshold: bool = False
     min_contributors: int = DEFAULT_MIN_CONTRIBUTORS
+    session_uses: int = 1
 
     @property
     def consistency(self) -> bool:
@@ -153,6 +162,14 @@ class SecAggPlusConfig:
                 f"consistency_check must be None, True or False, got {self.consistency_check!r}"
             )
         check_min_contributors(self.min_contributors)
+        if (
+            isinstance(self.session_uses, bool)
+            or not isinstance(self.session_uses, int)
+            or self.session_uses < 1
+        ):
+            raise ConfigError(
+                f"session_uses must be an integer >= 1 (1: a key agreement per sum), got {self.session_uses!r}"
+            )
         if not isinstance(self.insecure_low_threshold, bool):
             raise ConfigError(f"insecure_low_threshold must be a bool, got {self.insecure_low_threshold!r}")
 

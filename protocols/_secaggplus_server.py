@@ -15,6 +15,7 @@ import numpy as np
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 
 from securefgl.errors import (
+    ConfigError,
     InconsistentViewError,
     InvalidMessage,
     MalformedMessageError,
@@ -33,9 +34,10 @@ from securefgl.protocols._consistency import (
     quorum,
 )
 from securefgl.protocols._identity import IdentityDirectory, advertise_statement
-from securefgl.protocols._prg import MaskExpander, ring_dtype
+from securefgl.protocols._prg import MaskExpander
 from securefgl.protocols._release import refuse_small_sum
 from securefgl.protocols._secaggplus_params import SecAggPlusConfig, Stage, resolve_graph
+from securefgl.protocols._secaggplus_resume import ServerSession
 from securefgl.protocols._secaggplus_session import (
     ClipLayout,
     key_is_usable,
@@ -45,7 +47,12 @@ from securefgl.protocols._secaggplus_session import (
     session_graph,
     wipe,
 )
-from securefgl.protocols._secaggplus_unmask import MAX_HOLDER_SUBSETS, Reconstruction, SecAggPlusServerState
+from securefgl.protocols._secaggplus_unmask import (
+    MAX_HOLDER_SUBSETS,
+    Reconstruction,
+    RunningSum,
+    SecAggPlusServerState,
+)
 from securefgl.protocols.base import SERVER
 from securefgl.protocols.encoding import SumSchema
 from securefgl.protocols.messages import (
@@ -56,6 +63,7 @@ from securefgl.protocols.messages import (
     MaskedInput,
     MaskedInputRequest,
     Message,
+    ResumeRequest,
     ShareKeys,
     ShareKeysRequest,
     Unmask,
@@ -84,6 +92,11 @@ class SecAggPlusServer(Reconstruction):
         workers: threads used to regenerate masks when unmasking.
         directory: the clients' identity public keys (from configuration): with it the server expects
             signed key advertisements, and the consistency round (``config.consistency``) needs it.
+        session: the previous use of a session over the same clients (its :meth:`next_session`): this
+            server then resumes it instead of running a key agreement. (default: ``None``)
+
+    Raises:
+        ConfigError: a session over other clients, or one this configuration does not allow.
     """
 
     def __init__(
@@ -97,6 +110,7 @@ class SecAggPlusServer(Reconstruction):
         recipient: int | None,
         workers: int = 1,
         directory: IdentityDirectory | None = None,
+        session: ServerSession | None = None,
     ) -> None:
         self.directory = directory
         self.schema = schema
@@ -107,7 +121,32 @@ class SecAggPlusServer(Reconstruction):
         self.recipient = recipient
         self.round_index = int(round_index)
         self.workers = max(1, int(workers))
-        self.stages = Stage.ordered(recipient=recipient is not None, consistency=config.consistency)
+        self.stages = Stage.ordered(
+            recipient=recipient is not None, consistency=config.consistency, resumed=session is not None
+        )
+        self.session = session
+        if session is not None and (
+            session.members != self.invited or not session.use + 1 < config.session_uses
+        ):
+            raise ConfigError(
+                f"cannot resume use {session.use + 1} of a session over {len(session.members)} clients for "
+                f"{len(self.invited)} invited clients with session_uses={config.session_uses}"
+            )
+        self.resume_request = (
+            None
+            if session is None
+            else ResumeRequest(
+                session_id=session.session_id,
+                use=session.use + 1,
+                protocol=protocol_name,
+                round_index=self.round_index,
+                ring_bits=schema.ring_bits,
+                length=self.layout.length,
+                prg=config.prg,
+                recipient=recipient,
+                schema_fingerprint=schema.fingerprint(),
+            )
+        )
         self.request = AdvertiseRequest(
             protocol=protocol_name,
             round_index=self.round_index,
@@ -177,6 +216,9 @@ class SecAggPlusServer(Reconstruction):
         """The ``advertise_keys`` requests. A server object runs one session: a second start raises."""
         if self._awaiting is not None:
             raise StageOrderError("this server already started its session; build a new one", party=SERVER)
+        if self.resume_request is not None:
+            self._awaiting = Stage.RESUME.value
+            return Outgoing(Stage.RESUME.value, dict.fromkeys(self.invited, self.resume_request.to_bytes()))
         self._awaiting = Stage.ADVERTISE_KEYS.value
         payload = self.request.to_bytes()
         return Outgoing(Stage.ADVERTISE_KEYS.value, dict.fromkeys(self.invited, payload))
@@ -186,6 +228,7 @@ class SecAggPlusServer(Reconstruction):
         handler = {
             Stage.ADVERTISE_KEYS.value: self._after_advertise,
             Stage.SHARE_KEYS.value: self._after_share_keys,
+            Stage.RESUME.value: self._after_resume,
             Stage.MASKED_INPUT.value: self._after_masked_input,
             Stage.CONSISTENCY_CHECK.value: self._after_consistency_check,
             Stage.UNMASKING.value: self._after_unmasking,
@@ -267,18 +310,65 @@ class SecAggPlusServer(Reconstruction):
         clients' own defence does not depend on it: shares bound to another session fail to open)."""
         return msg.session_id == self.state.session_id
 
-    def _after_share_keys(self, replies: Sequence[tuple[int, bytes]]) -> Outgoing:
-        ph = Stage.SHARE_KEYS.value
-        got = self._collect(ph, replies, ShareKeys, set(self.state.u1))
+    def _vote(self, got: Mapping[int, ShareKeys], ph: str) -> bytes:
+        """The session (or use) id most clients computed (ties: the group with the smallest client id); the
+        others were shown different parameters or contexts."""
         votes: dict[bytes, list[int]] = {}
         for c, msg in got.items():
             votes.setdefault(msg.session_id, []).append(c)
         if not votes:
-            self._need(False, "no client completed share_keys", ph)
-        # The session id most clients computed (ties: the group with the smallest client id) is the
-        # session; the others were shown different parameters or contexts.
-        self.state.session_id = min(votes, key=lambda sid: (-len(votes[sid]), min(votes[sid])))
+            self._need(False, f"no client completed {ph}", ph)
+        return min(votes, key=lambda sid: (-len(votes[sid]), min(votes[sid])))
+
+    def _after_share_keys(self, replies: Sequence[tuple[int, bytes]]) -> Outgoing:
+        ph = Stage.SHARE_KEYS.value
+        got = self._collect(ph, replies, ShareKeys, set(self.state.u1))
+        self.state.session_id = self._vote(got, ph)
         self.state.graph = session_graph(self.state.session_id, self.state.u1, self.params.degree)
+        return self._accept_shares(got, ph)
+
+    def _after_resume(self, replies: Sequence[tuple[int, bytes]]) -> Outgoing:
+        """A resumed use: the session's keys and graph, this use's id, seed commitments and shares."""
+        ph = Stage.RESUME.value
+        session = self.session
+        assert session is not None
+        self.state.keys = dict(session.keys)
+        self.state.key_signatures = dict(session.key_signatures)
+        self.state.u1 = session.members
+        self.state.graph = session.graph
+        got = self._collect(ph, replies, ShareKeys, set(self.state.u1))
+        self.state.session_id = self._vote(got, ph)
+        return self._accept_shares(got, ph)
+
+    def next_session(self) -> ServerSession | None:
+        """The session to resume for the next sum over the same clients, or ``None`` when it must end: the
+        last use allowed, or anything short of every member completing this use (a dropout, exclusion,
+        complaint or rejected reply, after which a mask key may be known or a member may have stopped)."""
+        st = self.state
+        use = self.session.use + 1 if self.session is not None else 0
+        complete = (
+            st.result is not None or (self.recipient is not None and st.total is not None)
+        ) and st.u3 == st.u1 == self.invited
+        if not complete or st.dead or st.excluded or st.unmask_rejected or st.bad_shares:
+            return None
+        if not use + 1 < self.config.session_uses or st.graph is None:
+            return None
+        answered = set(st.u4) if self.config.consistency else set(st.u3)
+        if answered != set(self.invited):
+            return None
+        return ServerSession(
+            session_id=self.session.session_id if self.session is not None else st.session_id,
+            use=use,
+            members=self.invited,
+            keys=dict(st.keys),
+            graph=st.graph,
+            params=self.params,
+            key_signatures=dict(st.key_signatures),
+        )
+
+    def _accept_shares(self, got: Mapping[int, ShareKeys], ph: str) -> Outgoing:
+        """Check each client's share ciphertexts go to exactly its neighbours; relay them (stage 3)."""
+        assert self.state.graph is not None
         accepted: dict[int, ShareKeys] = {}
         for c in sorted(got):
             msg = got[c]
@@ -331,7 +421,7 @@ class SecAggPlusServer(Reconstruction):
     def _after_masked_input(self, replies: Sequence[tuple[int, bytes]]) -> Outgoing:
         ph = Stage.MASKED_INPUT.value
         assert self.state.graph is not None
-        running = _RunningSum(self.layout.length, self.schema.ring_bits)
+        running = RunningSum(self.layout.length, self.schema.ring_bits)
         got = self._collect(ph, replies, MaskedInput, set(self.state.u2), on_decoded=running.add)
         accepted: dict[int, MaskedInput] = {}
         for c in sorted(got):
@@ -605,37 +695,3 @@ class SecAggPlusServer(Reconstruction):
         with ThreadPoolExecutor(max_workers=workers) as pool:
             for acc in pool.map(work, chunks):
                 np.subtract(total, acc, out=total)
-
-
-class _RunningSum:
-    """:math:`\\sum_u y_u` wrapping in the ring's machine word, in one preallocated accumulator.
-
-    Each well-formed masked vector (a read-only view of the message bytes: no copy) is added as soon
-    as it is decoded, while it is in cache; :meth:`total_of` then removes the vectors of clients that
-    did not end up among the survivors (rare: malformed replies, complaints).
-    """
-
-    def __init__(self, length: int, ring_bits: int) -> None:
-        self.length = length
-        self.ring_bits = ring_bits
-        self.dtype = ring_dtype(ring_bits)
-        self.total = np.zeros(length, dtype=self.dtype)
-        self.vectors: dict[int, np.ndarray] = {}
-
-    def add(self, client: int, msg: Any) -> None:
-        vec = getattr(msg, "vector", None)
-        if isinstance(vec, np.ndarray) and vec.shape == (self.length,) and msg.ring_bits == self.ring_bits:
-            np.add(self.total, vec, out=self.total, dtype=self.dtype, casting="unsafe")
-            self.vectors[client] = vec
-
-    def total_of(self, survivors: Sequence[int]) -> np.ndarray:
-        """The sum of exactly the ``survivors``' vectors (each of which was added)."""
-        keep = set(survivors)
-        for c, vec in self.vectors.items():
-            if c not in keep:
-                np.subtract(self.total, vec, out=self.total, dtype=self.dtype, casting="unsafe")
-        missing = keep - set(self.vectors)
-        if missing:  # pragma: no cover - survivors are accepted, hence well-formed, hence added
-            raise ProtocolError(f"survivors {sorted(missing)} have no summed input")
-        self.vectors.clear()
-        return self.total

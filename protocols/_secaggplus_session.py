@@ -8,6 +8,7 @@ names) by :mod:`securefgl.protocols.secaggplus`, whose docstring gives the const
 from __future__ import annotations
 
 import hashlib
+import hmac
 import struct
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -18,7 +19,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X
 from securefgl.errors import ReleaseRefusedError
 from securefgl.protocols import _shamir
 from securefgl.protocols._harary import SecretSharingGraph
-from securefgl.protocols._prg import KEY_BYTES, RandomSource, derive_key
+from securefgl.protocols._prg import KEY_BYTES, RandomSource, derive_key, hkdf_info
 from securefgl.protocols._release import check_sum_range, refuse_small_sum
 from securefgl.protocols.base import Sums
 from securefgl.protocols.encoding import SumSchema
@@ -29,9 +30,11 @@ __all__ = [
     "SHARE_PLAINTEXT",
     "ClipLayout",
     "commitment",
+    "hkdf_extract",
     "key_is_usable",
     "pad_key",
     "pair_key",
+    "pair_keys",
     "private_key",
     "release_ring",
     "self_key",
@@ -127,6 +130,25 @@ def pair_key(shared: bytes, sid: bytes, round_index: int, u: int, v: int) -> byt
     return derive_key(
         shared, "pairwise-mask", session_id=sid, round_index=round_index, pair=(a, b), label=b"vector"
     )
+
+
+def hkdf_extract(shared: bytes) -> bytes:
+    """HKDF-Extract (RFC 5869, no salt: ``HashLen`` zero bytes) of an X25519 secret: the pseudorandom key
+    from which :func:`pair_keys` expands a resumed use's mask keys, kept instead of the secret."""
+    return hmac.digest(bytes(KEY_BYTES), bytes(shared), "sha256")
+
+
+def pair_keys(prks: Mapping[int, bytes], sid: bytes, round_index: int, u: int) -> dict[int, bytes]:
+    """:func:`pair_key` of ``u`` with every neighbour, from the neighbours' :func:`hkdf_extract` keys:
+    bit-identical to ``pair_key(shared_v, sid, round_index, u, v)`` (HKDF is Extract then Expand), at one
+    HKDF-Expand (one HMAC) per neighbour and one ``info`` prefix per call."""
+    info = hkdf_info("pairwise-mask", session_id=sid, round_index=round_index, pair=(0, 0), label=b"vector")
+    head, tail = info[: -(16 + 4 + 6)], info[-(4 + 6) :]  # ... | 0x01 | u64 a | u64 b | lp(b"vector")
+    out = {}
+    for v, prk in prks.items():
+        a, b = (u, v) if u < v else (v, u)
+        out[v] = hmac.digest(prk, head + struct.pack(">QQ", a, b) + tail + b"\x01", "sha256")
+    return out
 
 
 def self_key(seed: bytes | bytearray, sid: bytes, round_index: int, u: int) -> bytes:

@@ -1,7 +1,7 @@
 """The SecAgg/SecAgg+ server's state and its secret reconstruction (hazmat).
 
 Split from :mod:`securefgl.protocols._secaggplus_server` (re-exported there): what the server holds
-during a session, and how it rebuilds the survivors' self-mask seeds and the dropped clients' mask
+during a session (its state and the running sum of masked inputs), and how it rebuilds the survivors' self-mask seeds and the dropped clients' mask
 keys from the unmask replies, verifying every secret against its commitment (seeds) or advertised
 public key (mask keys) and routing around corrupted shares by trying holder subsets.
 """
@@ -11,18 +11,20 @@ from __future__ import annotations
 import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
-from securefgl.errors import ThresholdError
+from securefgl.errors import ProtocolError, ThresholdError
 from securefgl.protocols import _shamir
 from securefgl.protocols._harary import GraphParameters, SecretSharingGraph
+from securefgl.protocols._prg import ring_dtype
 from securefgl.protocols._secaggplus_session import commitment, wipe
 from securefgl.protocols.base import SERVER, Sums
 from securefgl.protocols.messages import Unmask
 
-__all__ = ["MAX_HOLDER_SUBSETS", "Reconstruction", "SecAggPlusServerState"]
+__all__ = ["MAX_HOLDER_SUBSETS", "Reconstruction", "RunningSum", "SecAggPlusServerState"]
 
 
 @dataclass
@@ -208,3 +210,37 @@ class Reconstruction:
             party=SERVER,
             phase=phase,
         )
+
+
+class RunningSum:
+    """:math:`\\sum_u y_u` wrapping in the ring's machine word, in one preallocated accumulator.
+
+    Each well-formed masked vector (a read-only view of the message bytes: no copy) is added as soon
+    as it is decoded, while it is in cache; :meth:`total_of` then removes the vectors of clients that
+    did not end up among the survivors (rare: malformed replies, complaints).
+    """
+
+    def __init__(self, length: int, ring_bits: int) -> None:
+        self.length = length
+        self.ring_bits = ring_bits
+        self.dtype = ring_dtype(ring_bits)
+        self.total = np.zeros(length, dtype=self.dtype)
+        self.vectors: dict[int, np.ndarray] = {}
+
+    def add(self, client: int, msg: Any) -> None:
+        vec = getattr(msg, "vector", None)
+        if isinstance(vec, np.ndarray) and vec.shape == (self.length,) and msg.ring_bits == self.ring_bits:
+            np.add(self.total, vec, out=self.total, dtype=self.dtype, casting="unsafe")
+            self.vectors[client] = vec
+
+    def total_of(self, survivors: Sequence[int]) -> np.ndarray:
+        """The sum of exactly the ``survivors``' vectors (each of which was added)."""
+        keep = set(survivors)
+        for c, vec in self.vectors.items():
+            if c not in keep:
+                np.subtract(self.total, vec, out=self.total, dtype=self.dtype, casting="unsafe")
+        missing = keep - set(self.vectors)
+        if missing:  # pragma: no cover - survivors are accepted, hence well-formed, hence added
+            raise ProtocolError(f"survivors {sorted(missing)} have no summed input")
+        self.vectors.clear()
+        return self.total

@@ -61,6 +61,7 @@ __all__ = [
     "UnmaskRequest",
     "Unmask",
     "DeliverRequest",
+    "ResumeRequest",
     "Abort",
     "U8",
     "U16",
@@ -291,6 +292,35 @@ class DeliverRequest(Message):
         "survivors": IdList(),
         "ring_bits": Int(U8, 64),
         "vector": RingVector(),
+    }
+
+
+@dataclass(frozen=True, eq=False)
+class ResumeRequest(Message):
+    """Server -> client, stage ``resume``: the next use of an agreed session, with this sum's public
+    parameters (the clients, graph and keys are the session's)."""
+
+    TYPE: ClassVar[int] = 10
+    STAGE: ClassVar[str] = "resume"
+    session_id: bytes
+    use: int
+    protocol: str
+    round_index: int
+    ring_bits: int
+    length: int
+    prg: str
+    recipient: int | None
+    schema_fingerprint: bytes
+    FIELDS: ClassVar[dict[str, Field]] = {
+        "session_id": _BYTES32,
+        "use": Int(U32, _U32_MAX),
+        "protocol": Text(64),
+        "round_index": Int(U64, 2**64 - 1),
+        "ring_bits": Int(U8, 64),
+        "length": Int(U64, 2**64 - 1),
+        "prg": Text(32),
+        "recipient": OptionalId(),
+        "schema_fingerprint": Blob(1024),
     }
 
 

@@ -39,8 +39,8 @@ class SecAgg(SecAggPlus):
             threshold only). (default: ``0.0``)
         adversary: ``"curious"`` or ``"semi-malicious"`` (the latter needs :math:`t > (n + \\gamma n)/2`).
         prg, record_views, workers, rng, interceptor, consistency_check, insecure_low_threshold,
-            min_contributors, identities, identity_keys, insecure_seed: as :class:`SecAggPlus`. A threshold at or below
-            :math:`n/2` is refused unless ``insecure_low_threshold=True``.
+            min_contributors, identities, identity_keys, insecure_seed, session_uses: as :class:`SecAggPlus`.
+            A threshold at or below :math:`n/2` is refused unless ``insecure_low_threshold=True``.
 
     Security:
         As :class:`SecAggPlus` with one neighbourhood of all :math:`n` clients: the server and fewer than
@@ -69,6 +69,7 @@ class SecAgg(SecAggPlus):
         identities: IdentityDirectory | str | os.PathLike[str] | None = None,
         identity_keys: Mapping[int, Ed25519PrivateKey] | None = None,
         insecure_seed: bytes | int | None = None,
+        session_uses: int = 1,
     ) -> None:
         super().__init__(
             graph="complete",
@@ -87,4 +88,5 @@ class SecAgg(SecAggPlus):
             identities=identities,
             identity_keys=identity_keys,
             insecure_seed=insecure_seed,
+            session_uses=session_uses,
         )

@@ -86,7 +86,9 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections import OrderedDict
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Literal
 
@@ -102,6 +104,7 @@ from securefgl.protocols._release import DEFAULT_MIN_CONTRIBUTORS
 from securefgl.protocols._rounding import RoundingBits
 from securefgl.protocols._secaggplus_client import SecAggPlusClient, SecAggPlusClientState
 from securefgl.protocols._secaggplus_params import SecAggPlusConfig, Stage, resolve_graph
+from securefgl.protocols._secaggplus_resume import ClientSession, ServerSession
 from securefgl.protocols._secaggplus_server import SecAggPlusServer, SecAggPlusServerState
 from securefgl.protocols._secaggplus_session import ClipLayout, session_graph, session_id_for
 from securefgl.protocols.base import SERVER, Contribution, DropoutPlan, Protocol, Sums, Transcript
@@ -144,7 +147,8 @@ class SecAggPlus(Protocol):
         workers: threads regenerating masks at the server (default: the CPU count, at most 8).
         rng: generator used only to resolve ``"any"`` entries of a dropout plan (default: OS-seeded).
         interceptor: fault-injection hook of the router (tests: garble, drop, replay, duplicate).
-        consistency_check, insecure_low_threshold, min_contributors: see :class:`SecAggPlusConfig`
+        consistency_check, insecure_low_threshold, min_contributors, session_uses: see
+            :class:`SecAggPlusConfig`
             (the consistency round is on by default exactly when ``adversary="semi-malicious"``; a sum
             of fewer than ``min_contributors`` inputs, default 2, is never unmasked).
         identities: the clients' Ed25519 identity public keys: an :class:`IdentityDirectory` or the
@@ -155,6 +159,11 @@ class SecAggPlus(Protocol):
             per-session identity keys from the OS CSPRNG (simulation only: real clients hold their own).
         insecure_seed: INSECURE, tests and known-answer vectors only: derive every key, seed, share
             and rounding decision from this seed instead of the OS CSPRNG.
+
+    With ``session_uses > 1`` the protocol object keeps, per set of clients and recipient, the session of
+    the last sum (each party's half held apart, as each party would hold its own) and resumes it for the
+    next sum over the same clients when no dropout is planned (:mod:`._secaggplus_resume`); the transcript
+    says which use a sum was (``extra["session_use"]``, 0 for a key agreement).
 
     Shapes:
         Contributions as declared by the schema; each masked vector is ``(schema.length + c,)`` ring
@@ -197,6 +206,7 @@ class SecAggPlus(Protocol):
         identities: IdentityDirectory | str | os.PathLike[str] | None = None,
         identity_keys: Mapping[int, Ed25519PrivateKey] | None = None,
         insecure_seed: bytes | int | None = None,
+        session_uses: int = 1,
     ) -> None:
         self.config = SecAggPlusConfig(
             graph=graph or self._graph,
@@ -212,7 +222,10 @@ class SecAggPlus(Protocol):
             consistency_check=consistency_check,
             insecure_low_threshold=insecure_low_threshold,
             min_contributors=min_contributors,
+            session_uses=session_uses,
         )
+        #: (clients, recipient) -> the session to resume next (at most :data:`_MAX_SESSIONS`, oldest dropped).
+        self._sessions: OrderedDict[tuple[tuple[int, ...], int | None], _KeptSession] = OrderedDict()
         if isinstance(identities, (str, Path, os.PathLike)):
             identities = IdentityDirectory.from_file(identities)
         if identities is not None and not isinstance(identities, IdentityDirectory):
@@ -247,12 +260,13 @@ class SecAggPlus(Protocol):
         """The graph degree and threshold this protocol uses with ``num_clients`` invited clients."""
         return resolve_graph(self.config, num_clients)
 
-    def _random_for(self, client: int, round_index: int) -> tuple[RandomSource, RoundingBits | None]:
+    def _random_for(
+        self, client: int, round_index: int, use: int = 0
+    ) -> tuple[RandomSource, RoundingBits | None]:
         if self._insecure_seed is None:
             return system_random, None
-        src = InsecureDeterministicRandom(
-            self._insecure_seed, label=f"{self.name}/client/{client}/round/{round_index}"
-        )
+        label = f"{self.name}/client/{client}/round/{round_index}" + (f"/use/{use}" if use else "")
+        src = InsecureDeterministicRandom(self._insecure_seed, label=label)
         return src, RoundingBits.insecure_seeded(src(16), "encoding")
 
     def _dropout_rng(self) -> np.random.Generator:
@@ -297,12 +311,14 @@ class SecAggPlus(Protocol):
         recipient: int | None,
         contexts: Mapping[int, bytes],
         identities: tuple[dict[int, Ed25519PrivateKey] | None, IdentityDirectory | None] = (None, None),
+        sessions: Mapping[int, ClientSession] | None = None,
     ) -> dict[int, SecAggPlusClient]:
-        """One client party per invited client, in the order of ``clients``."""
+        """One client party per invited client, in the order of ``clients`` (resuming ``sessions``)."""
         keys, directory = identities
         parties = {}
         for c in clients:
-            src, gen = self._random_for(c, round_index)
+            session = None if sessions is None else sessions[c]
+            src, gen = self._random_for(c, round_index, 0 if session is None else session.use + 1)
             parties[c] = self.client_class(
                 c,
                 schema,
@@ -316,6 +332,7 @@ class SecAggPlus(Protocol):
                 encode_rng=gen,
                 identity=None if keys is None else keys[c],
                 directory=directory,
+                session=session,
             )
         return parties
 
@@ -346,9 +363,13 @@ class SecAggPlus(Protocol):
                 f"recipient {recipient!r} is not an invited client; invited: {list(clients)[:10]}"
             )
         contexts = client_contexts(context, clients)
-        ids = self._identities(clients, round_index)
         stages = Stage.ordered(recipient=recipient is not None, consistency=self.config.consistency)
         plan = (dropouts or DropoutPlan.none()).resolve(stages, self._dropout_rng())
+        kept = self._sessions.pop((clients, recipient), None)
+        if kept is not None and plan:  # a planned dropout would reveal a mask key: agree on fresh keys
+            kept.wipe()
+            kept = None
+        ids = kept.identities if kept is not None else self._identities(clients, round_index)
         transcript = Transcript(
             protocol=self.name,
             round_index=int(round_index),
@@ -364,9 +385,20 @@ class SecAggPlus(Protocol):
             recipient=recipient,
             workers=self.workers,
             directory=ids[1],
+            session=None if kept is None else kept.server,
         )
-        parties = self._clients(schema, contributions, clients, round_index, recipient, contexts, ids)
+        parties = self._clients(
+            schema,
+            contributions,
+            clients,
+            round_index,
+            recipient,
+            contexts,
+            ids,
+            None if kept is None else kept.clients,
+        )
         transcript.extra.update(
+            session_use=0 if kept is None else kept.server.use + 1,
             graph="complete" if server.params.complete else "harary",
             degree=server.params.degree,
             threshold=server.params.threshold,
@@ -394,17 +426,64 @@ class SecAggPlus(Protocol):
             exc.transcript = transcript  # type: ignore[attr-defined]
             raise
         _finish(transcript, server, parties)
+        self._keep(clients, recipient, server, parties, ids)
         transcript.clip_counts = dict(sums.clip_counts)
         transcript.withheld = dict(sums.withheld)
         return sums, transcript
+
+    def _keep(
+        self,
+        clients: tuple[int, ...],
+        recipient: int | None,
+        server: SecAggPlusServer,
+        parties: Mapping[int, SecAggPlusClient],
+        ids: tuple[dict[int, Ed25519PrivateKey] | None, IdentityDirectory | None],
+    ) -> None:
+        """Keep the session for the next sum over ``clients`` if the server and every client may resume it."""
+        if self.config.session_uses < 2:
+            return
+        nxt = server.next_session()
+        sessions = {c: p.session for c, p in parties.items()}
+        if nxt is None or any(v is None for v in sessions.values()):
+            for v in sessions.values():
+                if v is not None:
+                    v.wipe()
+            return
+        self._sessions[(clients, recipient)] = _KeptSession(
+            nxt, {c: v for c, v in sessions.items() if v is not None}, ids
+        )
+        while len(self._sessions) > _MAX_SESSIONS:
+            self._sessions.popitem(last=False)[1].wipe()
+
+    def end_sessions(self) -> None:
+        """Wipe every kept session (the next sums run key agreements)."""
+        while self._sessions:
+            self._sessions.popitem()[1].wipe()
 
     def __repr__(self) -> str:
         c = self.config
         return (
             f"{type(self).__name__}(graph={c.graph!r}, degree={c.degree}, threshold={c.threshold}, "
             f"dropout_rate={c.dropout_rate}, corrupt_rate={c.corrupt_rate}, adversary={c.adversary!r}, prg={c.prg!r}, "
-            f"consistency_check={c.consistency})"
+            f"consistency_check={c.consistency}, session_uses={c.session_uses})"
         )
+
+
+#: Most sessions one protocol object keeps (e.g. one per designated recipient in FedStruct).
+_MAX_SESSIONS = 64
+
+
+@dataclass
+class _KeptSession:
+    """A session between two uses: the server's public half, each client's own half, the identities."""
+
+    server: ServerSession
+    clients: dict[int, ClientSession]
+    identities: tuple[dict[int, Ed25519PrivateKey] | None, IdentityDirectory | None]
+
+    def wipe(self) -> None:
+        for c in self.clients.values():
+            c.wipe()
 
 
 def _finish(

@@ -121,3 +121,21 @@ def test_received_ring_vector_is_a_read_only_view() -> None:
     msg = MaskedInput(session_id=bytes(32), complaints=(), ring_bits=28, vector=vec)
     back = decode(msg.to_bytes(), MaskedInput)
     assert np.array_equal(back.vector, vec) and not back.vector.flags.writeable
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_on_grid_chunks_are_encoded_exactly_without_drawing_bits(dtype: type) -> None:
+    """Grid-rounded uploads: every chunk already integral after scaling is copied (no keystream drawn);
+    a chunk with one off-grid value still rounds, so the stream advances by that chunk only."""
+    step = 2.0**-10
+    s = _schema(3 * CHUNK, step, dtype=torch.float32 if dtype is np.float32 else torch.float64)
+    x = (np.random.default_rng(2).integers(-1000, 1000, 3 * CHUNK) * step).astype(dtype)
+    bits = RoundingBits.insecure_seeded(3)
+    out = np.empty(s.length, dtype=np.uint32)
+    s.encode_into({"x": x}, out, bits)
+    assert bits._blocks == 0
+    assert np.array_equal(s.decode(ring_reduce(out.astype(np.uint64), s.ring_bits), 1)["x"].numpy(), x)
+    x[CHUNK + 7] += step / 2
+    s.encode_into({"x": x}, out, bits)
+    word_bytes = 4 if dtype is np.float32 else 8  # rounding words as wide as the input's floats
+    assert bits._blocks == CHUNK * word_bytes // 16  # one chunk drawn

@@ -1,0 +1,128 @@
+"""A whole secure round against a plaintext one (issue 23's end-to-end targets), with the floor that bounds it.
+
+The runs are ``securefgl run --algorithm fedavg --dataset Cora --clients K --local-epochs E`` through the API
+(GCN, Louvain, grid-rounded uploads, so every protocol trains the same model), in three configurations:
+
+- ``plaintext``: the server sums the uploads in the clear;
+- ``secagg+``: a key agreement for every sum (``session_uses=1``, Bonawitz et al.'s protocol);
+- ``secagg+ resumed``: one key agreement, resumed for every later sum of the run (``session_uses`` above the
+  run's sums; :mod:`securefgl.protocols._secaggplus_resume`).
+
+Per round (median over the rounds after ``--warmup``): the wall time split into train / crypto (the
+training sum) / eval (scoring and the evaluation sum), and the ratio to plaintext. The configurations run
+interleaved, ``--repeats`` times each, and the medians are over all their rounds, so load on a shared
+machine hits them alike.
+
+**The floor.** Whatever the protocol, every sum of a round costs each client one keystream per pairwise mask
+and one for its self mask, and the server one per survivor's self mask, each as long as the masked vector.
+The ``prg floor`` column times exactly that many expansions of the round's sums (training and evaluation,
+lengths and neighbour counts read from the transcripts) with raw ``cryptography`` AES-CTR into a
+preallocated buffer (:func:`securefgl.benchmarking.prg_floor_seconds`). ``(plaintext + floor) / plaintext``
+is the best ratio any masking protocol could reach on this machine with the clients run in one process, one
+after another.
+
+Usage::
+
+    python benchmarks/round.py [--clients 10,100] [--rounds 8] [--warmup 2] [--repeats 2] [--epochs 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+from typing import Any
+
+import torch
+
+import securefgl
+from securefgl.benchmarking import prg_floor_seconds
+from securefgl.engine.hooks import AggregateEvent, RunHooks
+from securefgl.protocols.secaggplus import ClipLayout
+
+CONFIGS: dict[str, dict[str, Any]] = {
+    "plaintext": {"name": "plaintext"},
+    "secagg+": {"name": "secagg+"},
+    "secagg+ resumed": {"name": "secagg+", "options": {"session_uses": 1_000_000}},
+}
+
+
+def _run(
+    name: str, clients: int, rounds: int, epochs: int
+) -> tuple[list[dict[str, float]], list[list[tuple]]]:
+    """One run: per-round seconds, and per round the (streams, length, ring_bits) of each of its sums."""
+    sums: dict[int, list[tuple[int, int, int]]] = {}
+
+    def on_aggregate(ev: AggregateEvent) -> None:
+        tr = ev.transcript
+        if tr is None or "degree" not in tr.extra:
+            return
+        n = len(tr.survivors)
+        streams = n * (int(tr.extra["degree"]) + 1) + n  # clients: pairwise + self masks; server: self masks
+        length = ClipLayout(ev.schema).length
+        sums.setdefault(ev.rs.global_round, []).append((streams, length, ev.schema.ring_bits))
+
+    result = securefgl.run(
+        {
+            "dataset": {"name": "Cora"},
+            "partition": {"method": "louvain", "clients": clients},
+            "algorithm": {"name": "fedavg"},
+            "protocol": CONFIGS[name],
+            "train": {"rounds": rounds, "local_epochs": epochs},
+            "output": {"save": False},
+            "threads": 1,
+        },
+        hooks=RunHooks(on_aggregate=on_aggregate),
+    )
+    seed = result.seeds[0]
+    per_round = [
+        {"train": r.train_seconds, "crypto": r.crypto_seconds, "eval": r.eval_seconds} for r in seed.rounds
+    ]
+    return per_round, [sums.get(i, []) for i in range(len(per_round))]
+
+
+def _floor(round_sums: list[tuple[int, int, int]]) -> float:
+    return sum(prg_floor_seconds(s, length, bits, repeats=3) for s, length, bits in round_sums)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--clients", default="10,100", help="comma-separated client counts (default 10,100)")
+    ap.add_argument("--rounds", type=int, default=8)
+    ap.add_argument("--warmup", type=int, default=2, help="rounds left out of the medians (default 2)")
+    ap.add_argument("--repeats", type=int, default=2, help="runs per configuration, interleaved (default 2)")
+    ap.add_argument("--epochs", type=int, default=3)
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    print(
+        f"# {os.cpu_count()} CPUs, torch {torch.__version__}, 1 thread; medians over rounds after {args.warmup}"
+    )
+    print(
+        "| K | configuration | round | train | crypto | eval | vs plaintext | prg floor | (plain + floor) / plain |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for k in (int(x) for x in args.clients.split(",")):
+        rows: dict[str, list[dict[str, float]]] = {name: [] for name in CONFIGS}
+        floors: list[float] = []
+        for _ in range(args.repeats):
+            for name in CONFIGS:
+                per_round, round_sums = _run(name, k, args.rounds, args.epochs)
+                rows[name] += per_round[args.warmup :]
+                if name == "secagg+":
+                    floors += [_floor(s) for s in round_sums[args.warmup :]]
+        med = {
+            name: {c: statistics.median(r[c] for r in rs) for c in ("train", "crypto", "eval")}
+            for name, rs in rows.items()
+        }
+        totals = {name: statistics.median(sum(r.values()) for r in rs) for name, rs in rows.items()}
+        floor = statistics.median(floors)
+        plain = totals["plaintext"]
+        for name, m in med.items():
+            print(
+                f"| {k} | {name} | {totals[name]:.3f} s | {m['train']:.3f} | {m['crypto']:.3f} | {m['eval']:.3f} "
+                f"| {totals[name] / plain:.2f}x | {floor:.3f} s | {(plain + floor) / plain:.2f}x |"
+            )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,267 @@
+"""Resumed SecAgg/SecAgg+ sessions (``session_uses > 1``): one key agreement, several exact sums.
+
+Everything runs the real parties over the in-process router with real X25519 keys; faults are injected by
+the router's interceptor or by feeding a client a request it must refuse.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import securefgl
+from securefgl.errors import ConfigError, InvalidMessage
+from securefgl.protocols import get_protocol
+from securefgl.protocols._channel import PeerChannel
+from securefgl.protocols._secaggplus_resume import use_id_for
+from securefgl.protocols._secaggplus_session import hkdf_extract, pair_key, pair_keys
+from securefgl.protocols.base import SERVER, DropoutPlan, MessageRecord
+from securefgl.protocols.encoding import BlockSpec, SumSchema
+from securefgl.protocols.messages import Abort, MaskedInput, ResumeRequest, ShareKeys, decode
+from securefgl.protocols.secaggplus import ClipLayout, SecAggPlus, SecAggPlusClient, SecAggPlusServer
+
+SCHEMA = SumSchema(
+    [BlockSpec("w", (64,), bound=1.0), BlockSpec("n", (2,), kind="count", bound=9)],
+    max_clients=256,
+    precision=2.0**-12,
+)
+
+
+def _contributions(n: int, seed: int) -> dict[int, dict[str, np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    return {c: {"w": rng.uniform(-1, 1, 64), "n": rng.integers(0, 10, 2).astype(np.int64)} for c in range(n)}
+
+
+def _check_sum(sums, contributions) -> None:
+    w = sum(c["w"] for c in contributions.values())
+    n = sum(c["n"] for c in contributions.values())
+    assert (
+        np.abs(np.asarray(sums["w"], dtype=np.float64) - w).max()
+        <= SCHEMA.error_bound(len(contributions))["w"]
+    )
+    assert np.array_equal(np.asarray(sums["n"]).astype(np.int64), n)
+
+
+def _phases(tr) -> set[str]:
+    return {phase for (_, phase) in tr.bytes_sent}
+
+
+@pytest.mark.parametrize(
+    ("name", "n", "options"),
+    [("secagg", 7, {}), ("secagg+", 40, {}), ("secagg+", 40, {"adversary": "semi-malicious"})],
+)
+def test_resumed_uses_are_exact_and_skip_the_key_agreement(name, n, options):
+    proto = get_protocol(name, session_uses=3, **options)
+    uses, up = [], []
+    for i in range(5):
+        contributions = _contributions(n, i)
+        sums, tr = proto.aggregate(SCHEMA, contributions, round_index=i // 2, context=b"model %d" % i)
+        _check_sum(sums, contributions)
+        uses.append(tr.extra["session_use"])
+        up.append(tr.total_bytes_sent(0))
+        if tr.extra["session_use"] == 0:
+            assert {"advertise_keys", "share_keys"} <= _phases(tr) and "resume" not in _phases(tr)
+        else:
+            assert "resume" in _phases(tr) and not {"advertise_keys", "share_keys"} & _phases(tr)
+    assert uses == [0, 1, 2, 0, 1]  # session_uses=3: a fresh key agreement every third sum
+    assert up[1] < up[0]  # no public keys, and one share per neighbour instead of two
+
+
+def test_every_use_has_its_own_id_and_masks():
+    """Identical inputs in two uses give unrelated masked vectors; the use ids differ with the use and the
+    context, so every key derived from them (pairwise masks, channels, self mask) differs too."""
+    proto = SecAggPlus(graph="complete", session_uses=4)
+    contributions = _contributions(6, 0)
+    masked, ids = [], []
+    for _ in range(2):
+        _, tr = proto.aggregate(SCHEMA, contributions, round_index=0)
+        ids.append(tr.session_id)
+        mine = [m for m in tr.view(SERVER) if m.sender == 0 and m.phase == "masked_input"]
+        masked.append(decode(mine[0].payload, MaskedInput).vector.astype(np.int64))
+    assert ids[0] != ids[1]
+    assert np.mean(masked[0] != masked[1]) > 0.95
+    req = ResumeRequest(
+        session_id=bytes(32),
+        use=1,
+        protocol="secagg",
+        round_index=0,
+        ring_bits=32,
+        length=10,
+        prg="aes256-ctr",
+        recipient=None,
+        schema_fingerprint=b"f",
+    )
+    later = ResumeRequest(**{**{k: getattr(req, k) for k in req.FIELDS}, "use": 2})
+    assert len({use_id_for(req, b""), use_id_for(req, b"other model"), use_id_for(later, b"")}) == 3
+
+
+def _kept(proto: SecAggPlus, n: int):
+    proto.aggregate(SCHEMA, _contributions(n, 0), round_index=0)
+    return proto._sessions[(tuple(range(n)), None)]
+
+
+def _resume_request(kept, use: int, round_index: int = 1) -> ResumeRequest:
+    return ResumeRequest(
+        session_id=kept.server.session_id,
+        use=use,
+        protocol="secagg",
+        round_index=round_index,
+        ring_bits=SCHEMA.ring_bits,
+        length=ClipLayout(SCHEMA).length,
+        prg="aes256-ctr",
+        recipient=None,
+        schema_fingerprint=SCHEMA.fingerprint(),
+    )
+
+
+def _client(proto: SecAggPlus, session, round_index: int = 1) -> SecAggPlusClient:
+    return SecAggPlusClient(
+        0,
+        SCHEMA,
+        _contributions(5, 1)[0],
+        config=proto.config,
+        protocol_name="secagg",
+        round_index=round_index,
+        recipient=None,
+        context=b"",
+        session=session,
+    )
+
+
+def test_a_client_answers_each_use_once():
+    """The use counter: a replayed use, a use below the last one or one past session_uses is refused, and a
+    refusal wipes the session (a server that tried to reuse masks gets no further use of it)."""
+    proto = get_protocol("secagg", session_uses=4)
+    kept = _kept(proto, 5)
+    session = kept.clients[0]
+    first = _client(proto, session).handle(_resume_request(kept, 2).to_bytes())
+    assert isinstance(decode(first, (ShareKeys, Abort)), ShareKeys) and session.use == 2
+    for use in (2, 1, 4):
+        again = _client(proto, session).handle(_resume_request(kept, use).to_bytes())
+        reply = decode(again, (ShareKeys, Abort))
+        assert isinstance(reply, Abort) and reply.reason == "RequestRefusedError"
+        assert session.key_shares == {} and session.mask_prk == {}  # wiped on the first refusal
+
+
+def test_a_resume_request_with_other_parameters_is_refused_and_ends_the_session():
+    proto = get_protocol("secagg", session_uses=4)
+    kept = _kept(proto, 5)
+    session = kept.clients[0]
+    client = _client(proto, session, round_index=2)
+    reply = decode(client.handle(_resume_request(kept, 1).to_bytes()), Abort)
+    assert reply.reason == "InconsistentViewError" and "round 1 != 2" in str(client.error)
+    assert session.key_shares == {} and session.channel_sk is None and client.session is None
+
+
+def test_a_dropout_in_a_resumed_use_is_unmasked_and_ends_the_session():
+    """Client 3 goes silent at masked_input of use 1: its pairwise masks are removed with the mask-key
+    shares its neighbours hold since use 0; the sum over the others is exact, and the next sum agrees on
+    fresh keys."""
+
+    def silence(record: MessageRecord):
+        return [] if record.sender == 3 and record.phase == "masked_input" else [record.payload]
+
+    n = 40
+    proto = SecAggPlus(session_uses=5)
+    proto.aggregate(SCHEMA, _contributions(n, 0))
+    proto.interceptor = silence
+    contributions = _contributions(n, 1)
+    sums, tr = proto.aggregate(SCHEMA, contributions, round_index=1)
+    assert tr.extra["session_use"] == 1 and 3 not in tr.survivors and tr.extra["dead_after_sharing"] == [3]
+    _check_sum(sums, {c: v for c, v in contributions.items() if c != 3})
+    proto.interceptor = None
+    _, tr = proto.aggregate(SCHEMA, _contributions(n, 2), round_index=2)
+    assert tr.extra["session_use"] == 0
+
+
+def test_a_planned_dropout_starts_a_fresh_session():
+    proto = SecAggPlus(graph="complete", session_uses=5)
+    proto.aggregate(SCHEMA, _contributions(6, 0))
+    contributions = _contributions(6, 1)
+    sums, tr = proto.aggregate(SCHEMA, contributions, dropouts=DropoutPlan({2: "masked_input"}))
+    assert tr.extra["session_use"] == 0
+    _check_sum(sums, {c: v for c, v in contributions.items() if c != 2})
+
+
+def test_designated_recipient_sums_resume():
+    proto = SecAggPlus(graph="complete", session_uses=3)
+    for i in range(3):
+        contributions = _contributions(6, i)
+        sums, tr = proto.aggregate(SCHEMA, contributions, recipient=4, round_index=i)
+        _check_sum(sums, contributions)
+        assert tr.extra["session_use"] == i and tr.extra["delivered_to"] == 4
+
+
+def test_session_uses_is_validated_and_a_session_fits_only_its_clients():
+    with pytest.raises(ConfigError, match="session_uses must be an integer >= 1"):
+        get_protocol("secagg+", session_uses=0)
+    proto = SecAggPlus(graph="complete", session_uses=2)
+    kept = _kept(proto, 5)
+    with pytest.raises(ConfigError, match="cannot resume"):
+        SecAggPlusServer(
+            SCHEMA,
+            range(6),
+            config=proto.config,
+            protocol_name="secagg+",
+            round_index=1,
+            recipient=None,
+            session=kept.server,
+        )
+    with pytest.raises(ConfigError, match="cannot resume the session of client 0"):
+        SecAggPlusClient(
+            1,
+            SCHEMA,
+            {},
+            config=proto.config,
+            protocol_name="secagg+",
+            round_index=1,
+            recipient=None,
+            context=b"",
+            session=kept.clients[0],
+        )
+
+
+def test_a_run_with_resumed_sessions_is_the_plaintext_run():
+    """Engine level: uploads on the grid, so a SecAgg+ run whose training and evaluation sums share one key
+    agreement per ten sums trains and scores exactly as the plaintext run."""
+    cfg = {
+        "dataset": {"name": "csbm", "csbm": {"num_nodes": 400, "num_classes": 3, "num_features": 8}},
+        "partition": {"method": "louvain", "clients": 5, "cache": False},
+        "model": {"hidden": 8},
+        "train": {"rounds": 3, "local_epochs": 1},
+        "output": {"save": False},
+    }
+    plain = securefgl.run({**cfg, "protocol": {"name": "plaintext"}}).seeds[0]
+    fresh = securefgl.run({**cfg, "protocol": {"name": "secagg+"}}).seeds[0]
+    options = {"session_uses": 10}
+    resumed = securefgl.run({**cfg, "protocol": {"name": "secagg+", "options": options}}).seeds[0]
+    assert [r.metrics for r in resumed.rounds] == [r.metrics for r in plain.rounds]
+    assert [r.loss for r in resumed.rounds] == [r.loss for r in plain.rounds]
+    # the first round's training sum agrees on keys either way; every later sum is a resumed use
+    up = [
+        (sum(f.bytes_up.values()), sum(r.bytes_up.values()))
+        for f, r in zip(fresh.rounds, resumed.rounds, strict=True)
+    ]
+    assert up[0][0] == up[0][1] and all(r < f for f, r in up[1:])
+
+
+def test_expanded_pair_keys_equal_hkdf_of_the_shared_secret():
+    """A resumed use expands its mask keys from kept HKDF-Extract keys: bit-identical to the full HKDF
+    the server uses when it unmasks a dropped client."""
+    rng = np.random.default_rng(3)
+    shared = {v: rng.bytes(32) for v in (0, 2, 9, 2**40)}
+    sid = rng.bytes(32)
+    got = pair_keys({v: hkdf_extract(s) for v, s in shared.items()}, sid, 12, 7)
+    assert got == {v: pair_key(s, sid, 12, 7, v) for v, s in shared.items()}
+
+
+def test_a_share_sealed_for_one_use_does_not_open_in_another():
+    rng = np.random.default_rng(4)
+    secret, sid = rng.bytes(32), rng.bytes(32)
+    alice = PeerChannel(secret, 1, 2, session_id=sid, round_index=0, purpose="secagg-shares")
+    bob = PeerChannel(secret, 2, 1, session_id=sid, round_index=0, purpose="secagg-shares")
+    blob = alice.seal(b"share", bind=b"use 1")
+    assert bob.open(blob, bind=b"use 1") == b"share"
+    for other in (b"use 2", b""):
+        with pytest.raises(InvalidMessage):
+            bob.open(blob, bind=other)
