@@ -7,12 +7,15 @@ run``). Reports per round: wall time of each (the round's training, protocol, se
 server measured them), their ratio, bytes per client of our frames as handed to Flower, and the transcript's
 bytes per client (protocol messages and broadcast), and whether the final metrics are bit-identical. The same job
 deployed under ``plaintext`` on the same federation gives the baseline of the issue's target (the deployed secagg+
-round at most 1.5x the deployed plaintext one; ``--no-plaintext`` skips it).
+round at most 1.5x the deployed plaintext one; ``--no-plaintext`` skips it). ``--resumed`` adds the secagg+ job
+with resumed sessions (``protocol.options.session_uses``: one key agreement per sum key, then 3 steps a sum
+instead of 4) on the same federation, and its ratio to the plaintext round.
 
 Usage::
 
     python benchmarks/deploy.py --clients 5 --rounds 2          # one size, quick
     python benchmarks/deploy.py --clients 5,10,20 --rounds 3    # the sizes
+    python benchmarks/deploy.py --clients 5 --rounds 4 --no-flower-ref --resumed
 
 Flower starts a ClientApp process per message and a SuperNode polls every few seconds when idle, so the deployed
 round is dominated by Flower's per-message latency on a small or busy machine. Flower's own SecAgg+ workflow on the
@@ -39,12 +42,14 @@ from securefgl.deploy.export import export_clients
 from securefgl.deploy.launcher import LocalFederation
 
 
-def _config(args: argparse.Namespace, clients: int, out: Path, protocol: str = "secagg+") -> RunConfig:
+def _config(
+    args: argparse.Namespace, clients: int, out: Path, protocol: str = "secagg+", **options: Any
+) -> RunConfig:
     return RunConfig.from_mapping(
         {
             "dataset": {"name": "cora", "root": args.root},
             "partition": {"clients": clients},
-            "protocol": {"name": protocol},
+            "protocol": {"name": protocol, "options": options},
             "model": {"name": "gcn", "dropout": 0.0},
             "train": {"rounds": args.rounds, "batched": False},
             "output": {"dir": str(out), "plot": False},
@@ -94,6 +99,21 @@ def measure(args: argparse.Namespace, clients: int, work: Path) -> dict[str, Any
                 ref["deployed_plaintext_round_s"] = round(_per_round(plain["seeds"][0]["rounds"]), 3)
             else:
                 ref["deployed_plaintext_status"] = plain_status  # type: ignore[assignment]
+        if args.resumed:  # the same secagg+ job, every sum after a key agreement resuming its session
+            cfg_res = _config(args, clients, work / "dep-resumed", session_uses=1_000_000)
+            res_status = fed.wait(
+                fed.submit(fed.write_app(to_dict(cfg_res), work / "dep-resumed", args.stage_timeout)),
+                args.timeout,
+            )
+            if res_status == "finished:completed":
+                res = json.loads((work / "dep-resumed" / "metrics.json").read_text())
+                ref["deployed_resumed_round_s"] = round(_per_round(res["seeds"][0]["rounds"]), 3)
+                ref["resumed_bit_identical"] = (
+                    res["seeds"][0]["final"]["overall"]
+                    == json.loads((work / "sim" / "metrics.json").read_text())["seeds"][0]["final"]["overall"]
+                )
+            else:
+                ref["deployed_resumed_status"] = res_status  # type: ignore[assignment]
         if not args.no_flower_ref:
             ref.update(_flower_reference(fed, args, clients, _payload(cfg_dep), work))
     dep = json.loads((work / "dep" / "metrics.json").read_text())
@@ -102,6 +122,10 @@ def measure(args: argparse.Namespace, clients: int, work: Path) -> dict[str, Any
     sim_round, dep_round = _per_round(sim["seeds"][0]["rounds"]), _per_round(dep["seeds"][0]["rounds"])
     if "deployed_plaintext_round_s" in ref:
         ref["secagg+_over_plaintext_deployed"] = round(dep_round / ref["deployed_plaintext_round_s"], 2)
+        if "deployed_resumed_round_s" in ref:
+            ref["resumed_over_plaintext_deployed"] = round(
+                ref["deployed_resumed_round_s"] / ref["deployed_plaintext_round_s"], 2
+            )
     return {
         "clients": clients,
         "status": status,
@@ -162,6 +186,11 @@ def main() -> None:
         dest="plaintext",
         action="store_false",
         help="skip the deployed plaintext run (the baseline of the secagg+/plaintext ratio)",
+    )
+    p.add_argument(
+        "--resumed",
+        action="store_true",
+        help="also deploy the secagg+ job with resumed sessions (session_uses)",
     )
     args = p.parse_args()
     rows = []

@@ -43,7 +43,7 @@ from securefgl.protocols._release import refuse_small_sum
 from securefgl.protocols._rounding import RoundingBits
 from securefgl.protocols._secaggplus_client_use import SecAggPlusClientState, UseLifecycle
 from securefgl.protocols._secaggplus_params import SecAggPlusConfig, Stage, resolve_graph
-from securefgl.protocols._secaggplus_resume import SEED_SHARE_BYTES, ClientSession
+from securefgl.protocols._secaggplus_resume import SEED_SHARE_BYTES, ClientSession, ResumedUnmaskRequest
 from securefgl.protocols._secaggplus_session import (
     SHARE_BYTES,
     SHARE_PLAINTEXT,
@@ -183,6 +183,7 @@ class SecAggPlusClient(UseLifecycle):
         ConsistencyRequest,
         UnmaskRequest,
         CertifiedUnmaskRequest,
+        ResumedUnmaskRequest,
         DeliverRequest,
     )
 
@@ -199,13 +200,18 @@ class SecAggPlusClient(UseLifecycle):
             Stage.MASKED_INPUT.value: (UnmaskRequest, Stage.UNMASKING.value),
             Stage.UNMASKING.value: (DeliverRequest, Stage.DELIVER.value),
         }
-        if self._resumed is not None:
+        if self._resumed is not None:  # resume (the input goes with it), [consistency], unmask, [deliver]
+            unmask = (ResumedUnmaskRequest, Stage.UNMASKING.value)
             order = {
                 "start": (ResumeRequest, Stage.RESUME.value),
-                Stage.RESUME.value: (MaskedInputRequest, Stage.MASKED_INPUT.value),
-                **{k: v for k, v in order.items() if k not in ("start", Stage.ADVERTISE_KEYS.value)},
+                Stage.UNMASKING.value: order[Stage.UNMASKING.value],
             }
-            del order[Stage.SHARE_KEYS.value]
+            if self.config.consistency:
+                order[Stage.RESUME.value] = (ConsistencyRequest, Stage.CONSISTENCY_CHECK.value)
+                order[Stage.CONSISTENCY_CHECK.value] = unmask
+            else:
+                order[Stage.RESUME.value] = unmask
+            return order
         if self.config.consistency:
             order[Stage.MASKED_INPUT.value] = (ConsistencyRequest, Stage.CONSISTENCY_CHECK.value)
             order[Stage.CONSISTENCY_CHECK.value] = (CertifiedUnmaskRequest, Stage.UNMASKING.value)
@@ -451,6 +457,22 @@ class SecAggPlusClient(UseLifecycle):
                 f"{len(complaints)} failed authentication",
                 ph,
             )
+        t1 = time.perf_counter()
+        y = self._masked_vector(sorted(s.seed_shares), ph)  # the (U2) neighbours whose shares authenticated
+        t3 = time.perf_counter()
+        s.senders = tuple(sorted(senders))
+        s.complaints = tuple(sorted(complaints))
+        s.stage = ph
+        reply = MaskedInput(
+            session_id=s.session_id, complaints=s.complaints, ring_bits=self.schema.ring_bits, vector=y
+        )
+        self.step_seconds.update(decrypt=t1 - t0, message=time.perf_counter() - t3)
+        return reply
+
+    def _masked_vector(self, masked_with: list[int], ph: str) -> np.ndarray:
+        """This client's input, encoded and masked in place: self mask, pairwise masks with ``masked_with``
+        (recorded as ``state.masked_with``) and, with a designated recipient, its pad."""
+        s = self.state
         if self._contribution is None:  # pragma: no cover - guarded by the stage machine
             raise self._fail(StageOrderError, "input already sent", ph)
         t1 = time.perf_counter()
@@ -465,9 +487,7 @@ class SecAggPlusClient(UseLifecycle):
         self._contribution = None
         y[self.layout.offset :] = self.layout.encode(clips)
         t2 = time.perf_counter()
-        r = s.round_index
         expander.add(y, s.self_mask_key)
-        masked_with = sorted(s.seed_shares)  # forwarded (U2) neighbours whose shares authenticated
         for v in masked_with:
             if v > self.party_id:
                 expander.add(y, s.mask_keys[v])
@@ -480,21 +500,12 @@ class SecAggPlusClient(UseLifecycle):
                 shared = s.channel_sk.exchange(X25519PublicKey.from_public_bytes(cpk))
             except ValueError:
                 raise self._fail(InconsistentViewError, "the recipient's key is degenerate", ph) from None
-            expander.add(y, pad_key(shared, s.session_id, r, self.party_id, self.recipient))
+            expander.add(y, pad_key(shared, s.session_id, s.round_index, self.party_id, self.recipient))
         expander.reduce(y)
-        t3 = time.perf_counter()
-        s.senders = tuple(sorted(senders))
-        s.complaints = tuple(sorted(complaints))
         s.masked_with = tuple(masked_with)
-        s.stage = ph
-        reply = MaskedInput(
-            session_id=s.session_id, complaints=s.complaints, ring_bits=self.schema.ring_bits, vector=y
-        )
-        self.step_seconds.update(
-            decrypt=t1 - t0, encode=t2 - t1, mask=t3 - t2, message=time.perf_counter() - t3
-        )
+        self.step_seconds.update(encode=t2 - t1, mask=time.perf_counter() - t2)
         self.step_seconds["expansions"] = float(len(masked_with) + 1 + (self.recipient is not None))
-        return reply
+        return y
 
     def _consistency_check(self, req: ConsistencyRequest) -> ConsistencySignature:
         """Sign the survivor set once, after checking it (see :mod:`~securefgl.protocols._consistency`)."""
@@ -522,7 +533,7 @@ class SecAggPlusClient(UseLifecycle):
         stmt = survivors_statement(s.session_id, s.round_index, s.survivors)
         return ConsistencySignature(session_id=s.session_id, signature=self._identity.sign(stmt))
 
-    def _check_certificate(self, req: CertifiedUnmaskRequest, phase: str) -> None:
+    def _check_certificate(self, req: CertifiedUnmaskRequest | ResumedUnmaskRequest, phase: str) -> None:
         """The unmask request must carry the set this client signed, a quorum of signatures on it, and
         this client's masking peers split by it."""
         s = self.state
@@ -550,13 +561,15 @@ class SecAggPlusClient(UseLifecycle):
                 RequestRefusedError, "the alive/dead lists contradict the signed survivor set", phase
             )
 
-    def _unmasking(self, req: UnmaskRequest | CertifiedUnmaskRequest) -> Unmask:
+    def _unmasking(self, req: UnmaskRequest | CertifiedUnmaskRequest | ResumedUnmaskRequest) -> Unmask:
         ph = Stage.UNMASKING.value
         s = self.state
         assert s.params is not None
         if req.session_id != s.session_id:
             raise self._fail(InconsistentViewError, "unmask request for another session", ph)
-        if isinstance(req, CertifiedUnmaskRequest):
+        if isinstance(req, CertifiedUnmaskRequest) or (
+            isinstance(req, ResumedUnmaskRequest) and self.config.consistency
+        ):
             self._check_certificate(req, ph)
         alive, dead = list(req.alive), list(req.dead)
         if len(set(alive)) != len(alive) or len(set(dead)) != len(dead):
@@ -587,6 +600,8 @@ class SecAggPlusClient(UseLifecycle):
             )
         assert s.own_shares is not None
         alive_sorted = sorted(alive)
+        if isinstance(req, ResumedUnmaskRequest):
+            self._open_forwarded(req.envelopes, set(alive) - {self.party_id}, ph)
         seed_rows = np.stack(
             [s.own_shares[0] if v == self.party_id else s.seed_shares[v] for v in alive_sorted]
         )
@@ -614,6 +629,24 @@ class SecAggPlusClient(UseLifecycle):
         if self.recipient != self.party_id:
             self._finish_use()
         return reply
+
+    def _open_forwarded(self, envelopes: tuple[tuple[int, bytes], ...], alive: set[int], ph: str) -> None:
+        """A resumed use's seed shares, forwarded with the unmask request: exactly one per alive neighbour, each
+        authenticated (any failure: this client answers nothing, the seed keeps its other holders)."""
+        senders = [v for v, _ in envelopes]
+        if len(set(senders)) != len(senders) or set(senders) != alive:
+            raise self._fail(
+                RequestRefusedError,
+                "the forwarded seed shares are not exactly those of the alive neighbours",
+                ph,
+            )
+        for v, blob in envelopes:
+            try:
+                self.state.seed_shares[v] = self._open_share(v, blob)[0]
+            except InvalidMessage:
+                raise self._fail(
+                    InconsistentViewError, f"the seed share of neighbour {v} failed authentication", ph
+                ) from None
 
     def _deliver(self, req: DeliverRequest) -> None:
         ph = Stage.DELIVER.value

@@ -8,6 +8,7 @@ use, which keeps the session for the next use or wipes it (construction and argu
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -19,7 +20,7 @@ from securefgl.protocols._channel import PeerChannel
 from securefgl.protocols._harary import GraphParameters
 from securefgl.protocols._prg import KEY_BYTES, RandomSource
 from securefgl.protocols._secaggplus_params import SecAggPlusConfig, Stage
-from securefgl.protocols._secaggplus_resume import ClientSession, use_id_for
+from securefgl.protocols._secaggplus_resume import ClientSession, ResumedInput, use_id_for
 from securefgl.protocols._secaggplus_session import (
     SHARE_PLAINTEXT,
     ClipLayout,
@@ -29,7 +30,7 @@ from securefgl.protocols._secaggplus_session import (
     wipe,
 )
 from securefgl.protocols.encoding import SumSchema
-from securefgl.protocols.messages import AdvertiseRequest, ResumeRequest, ShareKeys
+from securefgl.protocols.messages import AdvertiseRequest, ResumeRequest
 
 __all__ = ["SecAggPlusClientState", "UseLifecycle"]
 
@@ -81,6 +82,8 @@ class UseLifecycle:
     _random: RandomSource
     _contribution: object | None
     layout: ClipLayout
+    #: The subclass's encoder and masker: ``(masked_with, phase) -> masked vector``.
+    _masked_vector: Callable[[list[int], str], np.ndarray]
 
     def _fail(self, cls: type[ProtocolError], message: str, phase: str) -> ProtocolError:
         return cls(message, party=self.party_id, phase=phase)
@@ -104,9 +107,10 @@ class UseLifecycle:
             mism.append(f"recipient {req.recipient} != {self.recipient}")
         return mism
 
-    def _resume(self, req: ResumeRequest) -> ShareKeys:
+    def _resume(self, req: ResumeRequest) -> ResumedInput:
         """Open the next use of the session: check the use counter and the parameters, derive this use's
-        keys from the kept secrets, and share a fresh self-mask seed (see :mod:`._secaggplus_resume`)."""
+        keys from the kept secrets, share a fresh self-mask seed and send the input masked with every
+        neighbour (see :mod:`._secaggplus_resume`)."""
         ph = Stage.RESUME.value
         kept = self._resumed
         assert kept is not None
@@ -148,9 +152,14 @@ class UseLifecycle:
             plain = SHARE_PLAINTEXT.pack(self.party_id, v) + shares[i].astype("<u4").tobytes()
             envelopes.append((v, s.channels[v].seal(plain, bind=uid)))
         wipe(shares)
+        y = self._masked_vector([v for v in s.neighbours if v != self.party_id], ph)
         s.stage = ph
-        return ShareKeys(
-            session_id=uid, seed_commitment=commitment(uid, self.party_id, s.seed), envelopes=tuple(envelopes)
+        return ResumedInput(
+            session_id=uid,
+            seed_commitment=commitment(uid, self.party_id, s.seed),
+            envelopes=tuple(envelopes),
+            ring_bits=self.schema.ring_bits,
+            vector=y,
         )
 
     def _finish_use(self) -> None:

@@ -41,8 +41,9 @@ class Stage(enum.StrEnum):
     def ordered(cls, *, recipient: bool, consistency: bool = False, resumed: bool = False) -> tuple[str, ...]:
         """Stage names in order; ``consistency_check`` only with the consistency round, ``deliver``
         only in designated-recipient mode; a resumed use of a session (``resumed``) opens with
-        ``resume`` in place of ``advertise_keys`` and ``share_keys``."""
-        skip = {cls.ADVERTISE_KEYS, cls.SHARE_KEYS} if resumed else {cls.RESUME}
+        ``resume`` (answered with the seed shares and the masked input) in place of ``advertise_keys``,
+        ``share_keys`` and ``masked_input``."""
+        skip = {cls.ADVERTISE_KEYS, cls.SHARE_KEYS, cls.MASKED_INPUT} if resumed else {cls.RESUME}
         if not consistency:
             skip.add(cls.CONSISTENCY_CHECK)
         if not recipient:

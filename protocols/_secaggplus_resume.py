@@ -7,20 +7,26 @@ a session whose sum completed with every client alive is *resumed* for the next 
 
 - **Use 0** is an ordinary session (advertise, share keys, masked input, unmask). Each party keeps, instead
   of wiping, what the next use needs: the key table and graph (public), and, per client, its channel key,
-  its raw X25519 secrets with its neighbours and its neighbours' mask-key shares.
-- **Use** :math:`j \\ge 1` opens with one ``resume`` stage in place of ``advertise_keys`` and ``share_keys``:
-  the server sends :class:`~securefgl.protocols.messages.ResumeRequest` (session id, :math:`j`, this sum's
-  public parameters); every client checks them, derives the *use id*
+  its share channels, the HKDF-Extract of its mask-key secrets with its neighbours, and its neighbours'
+  mask-key shares.
+- **Use** :math:`j \\ge 1` is two stages, ``resume`` and ``unmasking`` (with ``consistency_check`` between
+  them against a lying server, and ``deliver`` after them in designated-recipient mode). The server sends
+  :class:`~securefgl.protocols.messages.ResumeRequest` (session id, :math:`j`, this sum's public parameters);
+  every client checks them, derives the *use id*
 
   .. math::
       \\mathrm{uid}_j = \\mathrm{SHA256}(\\text{"use"}, \\text{ResumeRequest}_j, \\mathrm{SHA256}(\\text{context}_j)),
 
   draws a **fresh self-mask seed** :math:`b_u^{(j)}`, Shamir-shares it among its neighbours (AEAD over
-  use 0's channel, with :math:`\\mathrm{uid}_j` in the associated data) and commits to it. From there the use runs the ordinary
-  stages with :math:`\\mathrm{uid}_j` as its session id: every pairwise mask key
-  :math:`k_{uv}^{(j)} = \\mathrm{HKDF}(\\mathrm{X25519}(s_u, s_v), \\mathrm{uid}_j, r, (u, v))` is fresh, so no
-  mask is ever applied to two inputs. A client that drops during a use is unmasked, as in use 0, from the
-  mask-key shares its neighbours hold since use 0.
+  use 0's channel, with :math:`\\mathrm{uid}_j` in the associated data), commits to it, and answers at once
+  with :class:`ResumedInput`: the commitment, the seed-share ciphertexts and its input masked with its self
+  mask and with **every** neighbour of the session (all of them completed the previous use), under pairwise
+  keys :math:`k_{uv}^{(j)} = \\mathrm{HKDF}(\\mathrm{X25519}(s_u, s_v), \\mathrm{uid}_j, r, (u, v))` that are
+  fresh per use, so no mask is ever applied to two inputs. The server forwards the seed shares with the
+  unmask requests (:class:`ResumedUnmaskRequest`); a member that sent nothing is dropped *after* sharing: its
+  neighbours masked with it, and its mask key is reconstructed, as in use 0, from the shares they hold since
+  use 0. A seed share that fails authentication makes its receiver refuse to unmask (it reveals nothing);
+  the seed still has its other holders, and the sum aborts cleanly if fewer than :math:`t` answer.
 
 Why this is as safe as a fresh session:
 
@@ -38,9 +44,12 @@ Why this is as safe as a fresh session:
   server cannot show one client "all alive" while collecting a peer's key from others. The server likewise
   starts a fresh session after any dropout, exclusion or rejected reply.
 
-What a resumed use saves: key generation, every X25519 exchange, the mask-key sharing and one round trip.
-What it keeps: per-use HKDF derivations, the seed sharing (one Shamir secret instead of two), the masking
-and the unmasking.
+What a resumed use saves: key generation, every X25519 exchange, the mask-key sharing and two of the four
+round trips (a deployed sum costs one Flower step per round trip). What it keeps: per-use key expansion, the
+seed sharing (one Shamir secret instead of two), the masking and the unmasking. What it gives up: the
+complaint round before the input, so a client that sends its neighbours garbled seed shares makes the sum
+abort when fewer than :math:`t` holders remain, instead of being excluded; the next sum then runs a fresh key
+agreement, whose complaint round excludes it.
 """
 
 from __future__ import annotations
@@ -48,21 +57,80 @@ from __future__ import annotations
 import hashlib
 import struct
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from securefgl.protocols import _shamir
 from securefgl.protocols._channel import PeerChannel
+from securefgl.protocols._consistency import SignatureList
+from securefgl.protocols._fields import U8, Envelopes, Field, Fixed, IdList, Int, RingVector
 from securefgl.protocols._harary import GraphParameters, SecretSharingGraph
 from securefgl.protocols._secaggplus_session import SHARE_PLAINTEXT, wipe
-from securefgl.protocols.messages import AdvertiseRequest, ResumeRequest
+from securefgl.protocols.messages import AdvertiseRequest, Message, ResumeRequest
 
-__all__ = ["SEED_SHARE_BYTES", "ClientSession", "ServerSession", "use_id_for"]
+__all__ = [
+    "SEED_SHARE_BYTES",
+    "ClientSession",
+    "ResumedInput",
+    "ResumedUnmaskRequest",
+    "ServerSession",
+    "use_id_for",
+]
 
 _DOMAIN = b"securefgl/secagg/v1/use"
 #: Plaintext size of a resumed use's share envelope: ``(src, dst)`` and one share (the seed's).
 SEED_SHARE_BYTES = SHARE_PLAINTEXT.size + _shamir.LIMBS * 4
+
+
+_BYTES32 = Fixed(32)
+
+
+@dataclass(frozen=True, eq=False)
+class ResumedInput(Message):
+    """Client -> server, stage ``resume``: the use id it computed, a commitment to its fresh self-mask seed,
+    one AEAD ciphertext of its seed share per neighbour, and its masked vector (masked with every neighbour of
+    the session)."""
+
+    TYPE: ClassVar[int] = 11
+    STAGE: ClassVar[str] = "resume"
+    session_id: bytes
+    seed_commitment: bytes
+    envelopes: tuple[tuple[int, bytes], ...]
+    ring_bits: int
+    vector: np.ndarray
+    FIELDS: ClassVar[dict[str, Field]] = {
+        "session_id": _BYTES32,
+        "seed_commitment": _BYTES32,
+        "envelopes": Envelopes(),
+        "ring_bits": Int(U8, 64),
+        "vector": RingVector(),
+    }
+
+
+@dataclass(frozen=True, eq=False)
+class ResumedUnmaskRequest(Message):
+    """Server -> survivor, stage ``unmasking`` of a resumed use: its neighbours split into alive and dead, the
+    seed-share ciphertexts its alive neighbours sent it, and, after a consistency round, the survivor set and
+    a quorum of signatures on it (both empty without one)."""
+
+    TYPE: ClassVar[int] = 12
+    STAGE: ClassVar[str] = "unmasking"
+    session_id: bytes
+    alive: tuple[int, ...]
+    dead: tuple[int, ...]
+    envelopes: tuple[tuple[int, bytes], ...]
+    survivors: tuple[int, ...]
+    signatures: tuple[tuple[int, bytes], ...]
+    FIELDS: ClassVar[dict[str, Field]] = {
+        "session_id": _BYTES32,
+        "alive": IdList(),
+        "dead": IdList(),
+        "envelopes": Envelopes(),
+        "survivors": IdList(),
+        "signatures": SignatureList(),
+    }
 
 
 def use_id_for(request: ResumeRequest, context: bytes) -> bytes:

@@ -37,7 +37,7 @@ from securefgl.protocols._identity import IdentityDirectory, advertise_statement
 from securefgl.protocols._prg import MaskExpander
 from securefgl.protocols._release import refuse_small_sum
 from securefgl.protocols._secaggplus_params import SecAggPlusConfig, Stage, resolve_graph
-from securefgl.protocols._secaggplus_resume import ServerSession
+from securefgl.protocols._secaggplus_resume import ResumedInput, ResumedUnmaskRequest, ServerSession
 from securefgl.protocols._secaggplus_session import (
     ClipLayout,
     key_is_usable,
@@ -328,17 +328,46 @@ class SecAggPlusServer(Reconstruction):
         return self._accept_shares(got, ph)
 
     def _after_resume(self, replies: Sequence[tuple[int, bytes]]) -> Outgoing:
-        """A resumed use: the session's keys and graph, this use's id, seed commitments and shares."""
+        """A resumed use: the session's keys and graph; this use's id, seed commitments, seed shares (relayed
+        with the unmask requests) and masked inputs, each masked with all the client's neighbours, so a member
+        that sent nothing is dropped *after* sharing: its neighbours' pairwise masks with it are removed with
+        the mask-key shares they hold since use 0."""
         ph = Stage.RESUME.value
-        session = self.session
+        st, session = self.state, self.session
         assert session is not None
-        self.state.keys = dict(session.keys)
-        self.state.key_signatures = dict(session.key_signatures)
-        self.state.u1 = session.members
-        self.state.graph = session.graph
-        got = self._collect(ph, replies, ShareKeys, set(self.state.u1))
-        self.state.session_id = self._vote(got, ph)
-        return self._accept_shares(got, ph)
+        st.keys, st.key_signatures = dict(session.keys), dict(session.key_signatures)
+        st.u1, st.graph = session.members, session.graph
+        running = RunningSum(self.layout.length, self.schema.ring_bits)
+        got = self._collect(ph, replies, ResumedInput, set(st.u1), on_decoded=running.add)
+        st.session_id = self._vote(got, ph)
+        accepted: dict[int, ResumedInput] = {}
+        for c in sorted(got):
+            msg = got[c]
+            if not self._vector_ok(c, msg, ph):
+                continue
+            want = set(st.graph.neighbours(c)) - {c}
+            dsts = [d for d, _ in msg.envelopes]
+            if len(dsts) != len(set(dsts)) or set(dsts) != want:
+                self._exclude(
+                    c,
+                    MalformedMessageError(
+                        "seed-share ciphertexts are not addressed to exactly its neighbours",
+                        party=c,
+                        phase=ph,
+                    ),
+                )
+                continue
+            accepted[c] = msg
+        st.u2 = st.u3 = tuple(sorted(accepted))
+        st.dead = tuple(c for c in st.u1 if c not in accepted)
+        for c, msg in accepted.items():
+            st.commitments[c] = msg.seed_commitment
+            st.masked_with[c] = frozenset(st.graph.neighbours(c)) - {c}
+            st.senders[c] = tuple(sorted(st.masked_with[c]))
+            for d, blob in msg.envelopes:
+                if d in accepted:
+                    st.envelopes.setdefault(d, {})[c] = blob
+        return self._after_inputs(running, ph)
 
     def next_session(self) -> ServerSession | None:
         """The session to resume for the next sum over the same clients, or ``None`` when it must end: the
@@ -426,18 +455,9 @@ class SecAggPlusServer(Reconstruction):
         accepted: dict[int, MaskedInput] = {}
         for c in sorted(got):
             msg = got[c]
-            if msg.session_id != self.state.session_id:
-                self._exclude(c, InconsistentViewError("masked input for another session", party=c, phase=ph))
-            elif msg.ring_bits != self.schema.ring_bits or msg.vector.shape != (self.layout.length,):
-                self._exclude(
-                    c,
-                    MalformedMessageError(
-                        f"masked input of {msg.vector.shape[0]} elements over {msg.ring_bits} bits, expected {self.layout.length} over {self.schema.ring_bits}",
-                        party=c,
-                        phase=ph,
-                    ),
-                )
-            elif len(set(msg.complaints)) != len(msg.complaints) or not set(msg.complaints) <= set(
+            if not self._vector_ok(c, msg, ph):
+                continue
+            if len(set(msg.complaints)) != len(msg.complaints) or not set(msg.complaints) <= set(
                 self.state.senders[c]
             ):
                 self._exclude(
@@ -456,8 +476,32 @@ class SecAggPlusServer(Reconstruction):
                 accused.setdefault(v, set()).add(c)
         removed = self._judge_complaints(accused, set(accepted))
         self.state.u3 = tuple(c for c in sorted(accepted) if c not in removed)
+        self.state.dead = tuple(c for c in self.state.u2 if c not in set(self.state.u3))
+        return self._after_inputs(running, ph)
+
+    def _vector_ok(self, c: int, msg: MaskedInput | ResumedInput, ph: str) -> bool:
+        """Whether ``c``'s masked input is for this session and of the sum's ring and length (else excluded)."""
+        if msg.session_id != self.state.session_id:
+            self._exclude(c, InconsistentViewError("masked input for another session", party=c, phase=ph))
+            return False
+        if msg.ring_bits != self.schema.ring_bits or msg.vector.shape != (self.layout.length,):
+            self._exclude(
+                c,
+                MalformedMessageError(
+                    f"masked input of {msg.vector.shape[0]} elements over {msg.ring_bits} bits, expected "
+                    f"{self.layout.length} over {self.schema.ring_bits}",
+                    party=c,
+                    phase=ph,
+                ),
+            )
+            return False
+        return True
+
+    def _after_inputs(self, running: RunningSum, ph: str) -> Outgoing:
+        """With U3 and the dropped chosen: check every secret keeps ``t`` holders (else abort before any share
+        is asked for), take the survivors' sum, and send the consistency or unmask requests."""
+        assert self.state.graph is not None
         u3 = set(self.state.u3)
-        self.state.dead = tuple(c for c in self.state.u2 if c not in u3)
         t = self.params.threshold
         self._need(
             len(self.state.u3) >= t,
@@ -527,8 +571,31 @@ class SecAggPlusServer(Reconstruction):
         out = {}
         for u in to:
             alive, dead = self._split(u)
+            if self.session is not None:
+                out[u] = self._resumed_unmask(u, alive, dead, (), ()).to_bytes()
+                continue
             out[u] = UnmaskRequest(session_id=self.state.session_id, alive=alive, dead=dead).to_bytes()
         return Outgoing(Stage.UNMASKING.value, out)
+
+    def _resumed_unmask(
+        self,
+        u: int,
+        alive: tuple[int, ...],
+        dead: tuple[int, ...],
+        survivors: tuple[int, ...],
+        signatures: tuple[tuple[int, bytes], ...],
+    ) -> ResumedUnmaskRequest:
+        """A resumed use's unmask request: it also forwards the seed shares ``u``'s alive neighbours sent it."""
+        sent = self.state.envelopes.get(u, {})
+        env = tuple(sorted((v, sent[v]) for v in alive if v != u))
+        return ResumedUnmaskRequest(
+            session_id=self.state.session_id,
+            alive=alive,
+            dead=dead,
+            envelopes=env,
+            survivors=survivors,
+            signatures=signatures,
+        )
 
     def _after_consistency_check(self, replies: Sequence[tuple[int, bytes]]) -> Outgoing:
         """Collect the survivors' signatures on U3; forward a quorum of them with the unmask requests."""
@@ -557,6 +624,9 @@ class SecAggPlusServer(Reconstruction):
         out = {}
         for u in self.state.u4:
             alive, dead = self._split(u)
+            if self.session is not None:
+                out[u] = self._resumed_unmask(u, alive, dead, self.state.u3, certificate).to_bytes()
+                continue
             out[u] = CertifiedUnmaskRequest(
                 session_id=self.state.session_id,
                 survivors=self.state.u3,

@@ -112,6 +112,7 @@ from securefgl.protocols.encoding import SumSchema, default_rng
 from securefgl.protocols.router import Interceptor, Router
 
 __all__ = [
+    "ClientSession",
     "ClipLayout",
     "IdentityDirectory",
     "SecAggPlus",
@@ -119,6 +120,7 @@ __all__ = [
     "SecAggPlusConfig",
     "SecAggPlusServer",
     "SecAggPlusServerState",
+    "ServerSession",
     "SecAggPlusClientState",
     "Stage",
     "generate_identities",

@@ -31,7 +31,8 @@ from securefgl.engine.seeding import client_generators
 from securefgl.errors import ConfigError, MalformedMessageError, NonFiniteError, SecureFGLError, TrainingError
 from securefgl.protocols.dp import DistributedDP
 from securefgl.protocols.encoding import SumSchema
-from securefgl.protocols.secaggplus import IdentityDirectory, SecAggPlus
+from securefgl.protocols.messages import ResumeRequest, decode
+from securefgl.protocols.secaggplus import ClientSession, IdentityDirectory, SecAggPlus
 
 __all__ = ["ClientHalf", "make_setting_from_facts"]
 
@@ -125,6 +126,8 @@ class ClientHalf:
         self.seed = 0
         self.pending: dict[str, _Pending] = {}
         self.parties: dict[str, Any] = {}
+        #: session id -> what this client kept of a SecAgg/SecAgg+ session for its next use (``session_uses``).
+        self.sessions: dict[bytes, ClientSession] = {}
         self.protocol: Any = None
 
     # ------------------------------------------------------------------ dispatch -------------------------
@@ -320,6 +323,7 @@ class ClientHalf:
                 pending.context,
                 identity=self.identity,
                 directory=self.directory,
+                session=self._kept_session(bytes(stage["payload"])),
             )
             self.parties[key] = party
         out: bytes | None = party.handle(bytes(stage["payload"]))
@@ -328,9 +332,25 @@ class ClientHalf:
             del self.parties[key]
         elif party.stage in ("done", "aborted"):
             del self.parties[key]
+        kept = getattr(party, "session", None)
+        if key not in self.parties and kept is not None:
+            self.sessions[kept.session_id] = kept
         return out
+
+    def _kept_session(self, payload: bytes) -> ClientSession | None:
+        """The session a ``resume`` request names, taken out of :attr:`sessions` (the party wipes it when done
+        and hands back the next one); ``None`` for any other first stage or an unknown session (the party then
+        refuses the request)."""
+        try:
+            req = decode(payload, ResumeRequest)
+        except MalformedMessageError:
+            return None
+        return self.sessions.pop(req.session_id, None)
 
     def _finish(self, req: Request) -> dict[str, Any]:
         self.pending.clear()
         self.parties.clear()
+        for session in self.sessions.values():
+            session.wipe()
+        self.sessions.clear()
         return {}

@@ -35,7 +35,7 @@ from securefgl.protocols.dp import DistributedDP
 from securefgl.protocols.encoding import SumSchema
 from securefgl.protocols.plaintext import PlainClient, PlainServer, PlaintextAggregation
 from securefgl.protocols.router import Outgoing
-from securefgl.protocols.secaggplus import IdentityDirectory, SecAggPlus
+from securefgl.protocols.secaggplus import ClientSession, IdentityDirectory, SecAggPlus, ServerSession
 
 __all__ = [
     "DEPLOYABLE_PROTOCOLS",
@@ -132,9 +132,15 @@ class ServerParty:
 
 
 def server_party(
-    protocol: Protocol, schema: SumSchema, clients: Sequence[int], round_index: int, recipient: int | None
+    protocol: Protocol,
+    schema: SumSchema,
+    clients: Sequence[int],
+    round_index: int,
+    recipient: int | None,
+    session: ServerSession | None = None,
 ) -> ServerParty:
-    """The server party of one sum over ``clients`` (sorted ids); ``protocol`` is an inner (non-DP) protocol."""
+    """The server party of one sum over ``clients`` (sorted ids); ``protocol`` is an inner (non-DP) protocol.
+    ``session``: a SecAgg/SecAgg+ session to resume (its last use's ``next_session()``)."""
     invited = tuple(sorted(clients))
     if isinstance(protocol, SecAggPlus):
         p = protocol.server_class(
@@ -146,6 +152,7 @@ def server_party(
             recipient=recipient,
             workers=protocol.workers,
             directory=protocol.identities,
+            session=session,
         )
         return ServerParty(p, None, lambda: p.state.result, lambda: p.state.u3)
     t = Transcript(
@@ -188,9 +195,11 @@ def client_party(
     context: bytes,
     identity: Ed25519PrivateKey | None = None,
     directory: IdentityDirectory | None = None,
+    session: ClientSession | None = None,
 ) -> Any:
     """One client's party of one sum (keys and masks from the OS CSPRNG), signing with ``identity``
-    (SecAgg/SecAgg+). It answers ``handle(payload)``; ``result`` is the sum delivered to it, if any."""
+    (SecAgg/SecAgg+), resuming ``session`` if given. It answers ``handle(payload)``; ``result`` is the sum
+    delivered to it, if any."""
     if isinstance(protocol, SecAggPlus):
         return protocol.client_class(
             client,
@@ -203,6 +212,7 @@ def client_party(
             context=context,
             identity=identity,
             directory=directory,
+            session=session,
         )
     if isinstance(protocol, CKKSAggregation):
         return _CKKSClientParty(

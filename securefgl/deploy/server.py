@@ -55,6 +55,7 @@ from securefgl.protocols.base import Sums
 from securefgl.protocols.dp import DistributedDP
 from securefgl.protocols.encoding import SumSchema
 from securefgl.protocols.router import Outgoing
+from securefgl.protocols.secaggplus import ServerSession
 
 __all__ = ["DeployedRun", "LoopbackTransport", "Transport"]
 
@@ -136,6 +137,8 @@ class DeployedRun:
         self.result = SeedResult(seed=seed)
         self.wire_up: dict[int, int] = {}
         self.wire_down: dict[int, int] = {}
+        #: (sum key, clients, recipient) -> the SecAgg/SecAgg+ session its next sum resumes (``session_uses``).
+        self.sessions: dict[tuple[str, tuple[int, ...], int | None], ServerSession] = {}
 
     # ------------------------------------------------------------------ messaging ------------------------
 
@@ -428,8 +431,14 @@ class DeployedRun:
                 dp.before_sum(schema, len(participants), round_index)
                 summed = dp.inner_schema(schema)
             run.dp, run.round_index = dp, round_index
+            run.session_key = (key, tuple(sorted(participants)), recipient)
             run.party = server_party(
-                inner_protocol(self.protocol), summed, participants, round_index, recipient
+                inner_protocol(self.protocol),
+                summed,
+                participants,
+                round_index,
+                recipient,
+                self.sessions.pop(run.session_key, None),
             )
             run.outgoing = run.party.start()
         except ProtocolError as exc:
@@ -441,6 +450,10 @@ class DeployedRun:
         if run.party is not None:
             for c, why in run.party.excluded.items():
                 record.excluded.setdefault(c, why)
+            following = getattr(run.party.party, "next_session", None)
+            session = following() if following is not None and run.error is None else None
+            if session is not None:  # every client completed the sum: its next sum resumes the session
+                self.sessions[run.session_key] = session
         if run.error is not None:
             raise run.error
         assert run.party is not None
@@ -604,3 +617,4 @@ class _SumRun:
     outgoing: Outgoing | None = None
     first: bool = True
     error: ProtocolError | None = None
+    session_key: tuple[str, tuple[int, ...], int | None] = ("", (), None)

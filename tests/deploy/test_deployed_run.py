@@ -11,7 +11,7 @@ import torch
 
 import securefgl
 from securefgl.api import load_federated_graph
-from securefgl.config import RunConfig
+from securefgl.config import RunConfig, to_dict
 from securefgl.deploy.client import ClientHalf
 from securefgl.deploy.export import export_clients, load_client_file
 from securefgl.deploy.server import DeployedRun, LoopbackTransport
@@ -215,3 +215,21 @@ def test_a_round_costs_the_protocol_stages_and_nothing_more(cora_root, tmp_path,
     assert len(result.evals) == 3  # every round is evaluated
     # hello + setup + rounds * per_round + the last round's evaluation (per_round steps) + finish
     assert transport.exchanges == 2 + 3 * per_round + per_round + 1
+
+
+def test_resumed_sessions_cut_a_deployed_round_to_two_steps(cora_root, tmp_path) -> None:
+    """With ``session_uses``, a sum after its key agreement is two steps: the resume request (answered with the
+    seed shares and the masked input, alongside training) and unmasking. The training and evaluation sums each
+    agree on keys once (rounds 1 and 2); the metrics stay bit-identical to the simulation."""
+    base = _config(cora_root, clients=3, rounds=4)
+    config = RunConfig.from_mapping(
+        {**to_dict(base), "protocol": {"name": "secagg+", "options": {"session_uses": 100}}}
+    )
+    transport = _CountingTransport(_halves(config, tmp_path))
+    got = DeployedRun(config, 0, transport).execute()
+    # hello + setup + round 1 (4) + round 2 (the evaluation sum's key agreement, 4) + rounds 3-4 (2 each)
+    # + the last round's evaluation (2) + finish
+    assert transport.exchanges == 2 + 4 + 4 + 2 + 2 + 2 + 1
+    ref = securefgl.run(config).seeds[0]
+    assert [r.metrics for r in got.rounds] == [r.metrics for r in ref.rounds]
+    assert [r.loss for r in got.rounds] == [r.loss for r in ref.rounds]

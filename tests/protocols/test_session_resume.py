@@ -8,16 +8,18 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import securefgl
-from securefgl.errors import ConfigError, InvalidMessage
+from securefgl.errors import ConfigError, InvalidMessage, ThresholdError
 from securefgl.protocols import get_protocol
 from securefgl.protocols._channel import PeerChannel
-from securefgl.protocols._secaggplus_resume import use_id_for
+from securefgl.protocols._secaggplus_resume import ResumedInput, use_id_for
 from securefgl.protocols._secaggplus_session import hkdf_extract, pair_key, pair_keys
 from securefgl.protocols.base import SERVER, DropoutPlan, MessageRecord
 from securefgl.protocols.encoding import BlockSpec, SumSchema
-from securefgl.protocols.messages import Abort, MaskedInput, ResumeRequest, ShareKeys, decode
+from securefgl.protocols.messages import Abort, MaskedInput, ResumeRequest, decode
 from securefgl.protocols.secaggplus import ClipLayout, SecAggPlus, SecAggPlusClient, SecAggPlusServer
 
 SCHEMA = SumSchema(
@@ -76,8 +78,8 @@ def test_every_use_has_its_own_id_and_masks():
     for _ in range(2):
         _, tr = proto.aggregate(SCHEMA, contributions, round_index=0)
         ids.append(tr.session_id)
-        mine = [m for m in tr.view(SERVER) if m.sender == 0 and m.phase == "masked_input"]
-        masked.append(decode(mine[0].payload, MaskedInput).vector.astype(np.int64))
+        (mine,) = [m for m in tr.view(SERVER) if m.sender == 0 and m.phase in ("masked_input", "resume")]
+        masked.append(decode(mine.payload, (MaskedInput, ResumedInput)).vector.astype(np.int64))
     assert ids[0] != ids[1]
     assert np.mean(masked[0] != masked[1]) > 0.95
     req = ResumeRequest(
@@ -135,10 +137,10 @@ def test_a_client_answers_each_use_once():
     kept = _kept(proto, 5)
     session = kept.clients[0]
     first = _client(proto, session).handle(_resume_request(kept, 2).to_bytes())
-    assert isinstance(decode(first, (ShareKeys, Abort)), ShareKeys) and session.use == 2
+    assert isinstance(decode(first, (ResumedInput, Abort)), ResumedInput) and session.use == 2
     for use in (2, 1, 4):
         again = _client(proto, session).handle(_resume_request(kept, use).to_bytes())
-        reply = decode(again, (ShareKeys, Abort))
+        reply = decode(again, (ResumedInput, Abort))
         assert isinstance(reply, Abort) and reply.reason == "RequestRefusedError"
         assert session.key_shares == {} and session.mask_prk == {}  # wiped on the first refusal
 
@@ -154,12 +156,12 @@ def test_a_resume_request_with_other_parameters_is_refused_and_ends_the_session(
 
 
 def test_a_dropout_in_a_resumed_use_is_unmasked_and_ends_the_session():
-    """Client 3 goes silent at masked_input of use 1: its pairwise masks are removed with the mask-key
-    shares its neighbours hold since use 0; the sum over the others is exact, and the next sum agrees on
-    fresh keys."""
+    """Client 3's reply to the resume request of use 1 is lost: its neighbours masked with it, so its pairwise
+    masks are removed with the mask-key shares they hold since use 0; the sum over the others is exact, and
+    the next sum agrees on fresh keys."""
 
     def silence(record: MessageRecord):
-        return [] if record.sender == 3 and record.phase == "masked_input" else [record.payload]
+        return [] if record.sender == 3 and record.phase == "resume" else [record.payload]
 
     n = 40
     proto = SecAggPlus(session_uses=5)
@@ -265,3 +267,56 @@ def test_a_share_sealed_for_one_use_does_not_open_in_another():
     for other in (b"use 2", b""):
         with pytest.raises(InvalidMessage):
             bob.open(blob, bind=other)
+
+
+def test_a_forged_seed_share_makes_its_receiver_refuse_and_the_others_still_unmask():
+    """Client 5 garbles its seed-share ciphertext to client 0 in use 1: client 0 cannot open it and answers no
+    unmask request (it reveals nothing); every seed keeps enough other holders, so the sum is exact, and the
+    session ends."""
+
+    def garble(record: MessageRecord):
+        if record.sender != 5 or record.phase != "resume":
+            return [record.payload]
+        msg = decode(record.payload, ResumedInput)
+        env = tuple((d, blob[:-1] + bytes([blob[-1] ^ 1]) if d == 0 else blob) for d, blob in msg.envelopes)
+        fields = {k: getattr(msg, k) for k in msg.FIELDS}
+        return [ResumedInput(**{**fields, "envelopes": env}).to_bytes()]
+
+    proto = SecAggPlus(graph="complete", session_uses=5)
+    proto.aggregate(SCHEMA, _contributions(8, 0))
+    proto.interceptor = garble
+    contributions = _contributions(8, 1)
+    sums, tr = proto.aggregate(SCHEMA, contributions, round_index=1)
+    assert tr.extra["session_use"] == 1 and "InconsistentViewError" in tr.excluded[0]
+    _check_sum(sums, contributions)  # client 0's input is in the sum: only its unmask answer is missing
+    proto.interceptor = None
+    assert proto.aggregate(SCHEMA, _contributions(8, 2))[1].extra["session_use"] == 0
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.sets(st.integers(0, 6), max_size=4), st.integers(0, 2**31))
+def test_any_silence_in_a_resumed_use_gives_the_survivors_sum_or_a_clean_abort(silent, seed):
+    """Clients that never answer a resume request are dropped after sharing (use 0's key shares unmask their
+    pairwise masks): the sum over the others is exact while ``t`` = 4 of 7 survive, else nothing is released;
+    either way the next sum agrees on fresh keys unless nobody was silent."""
+
+    def drop(record: MessageRecord):
+        return [] if record.sender in silent and record.phase == "resume" else [record.payload]
+
+    proto = SecAggPlus(graph="complete", session_uses=5)
+    proto.aggregate(SCHEMA, _contributions(7, seed))
+    proto.interceptor = drop
+    contributions = _contributions(7, seed + 1)
+    if 7 - len(silent) >= proto.parameters(7).threshold:
+        sums, tr = proto.aggregate(SCHEMA, contributions, round_index=1)
+        assert tr.extra["session_use"] == 1 and set(tr.survivors) == set(range(7)) - silent
+        _check_sum(sums, {c: v for c, v in contributions.items() if c not in silent})
+    else:
+        with pytest.raises(ThresholdError):
+            proto.aggregate(SCHEMA, contributions, round_index=1)
+    proto.interceptor = None
+    expected = 2 if not silent else 0
+    assert (
+        proto.aggregate(SCHEMA, _contributions(7, seed + 2), round_index=2)[1].extra["session_use"]
+        == expected
+    )
