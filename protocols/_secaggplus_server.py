@@ -8,18 +8,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
-
-import numpy as np
-from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 
 from securefgl.errors import (
     ConfigError,
     InconsistentViewError,
-    InvalidMessage,
     MalformedMessageError,
-    ProtocolError,
     StageOrderError,
     ThresholdError,
 )
@@ -41,9 +35,7 @@ from securefgl.protocols._secaggplus_resume import ResumedInput, ResumedUnmaskRe
 from securefgl.protocols._secaggplus_session import (
     ClipLayout,
     key_is_usable,
-    pair_key,
     release_ring,
-    self_key,
     session_graph,
     wipe,
 )
@@ -164,10 +156,6 @@ class SecAggPlusServer(Reconstruction):
         self._awaiting: str | None = None
 
     # -- helpers -------------------------------------------------------------------------------------
-
-    def _exclude(self, client: int, err: ProtocolError | InvalidMessage | str) -> None:
-        text = err if isinstance(err, str) else f"{type(err).__name__}: {err}"
-        self.state.excluded.setdefault(client, text)
 
     def _collect(
         self,
@@ -533,33 +521,6 @@ class SecAggPlusServer(Reconstruction):
             return Outgoing(Stage.CONSISTENCY_CHECK.value, dict.fromkeys(self.state.u3, req))
         return self._unmask_requests(self.state.u3)
 
-    def _judge_complaints(self, accused: Mapping[int, set[int]], accepted: set[int]) -> set[int]:
-        """Who leaves the sum over complaints. The server cannot check a complaint (that needs the
-        channel key), so it relies on the threshold assumption: fewer than ``t`` clients collude. A
-        client accused by at least ``t`` others is excluded (one accuser at least is honest); a
-        complaint shared by fewer than ``t`` clients excludes the complainers, never the accused, so
-        colluding clients can exclude only themselves. A sender that garbles its shares to fewer than
-        ``t`` neighbours makes those neighbours leave (as in Bonawitz et al., where a client aborts on a
-        share it cannot decrypt)."""
-        t = self.params.threshold
-        removed: set[int] = set()
-        for v, by in sorted(accused.items()):
-            if len(by) >= t:
-                if v in accepted:
-                    self._exclude(
-                        v, f"InvalidMessage: its share ciphertexts failed authentication at {len(by)} clients"
-                    )
-                removed.add(v)
-                continue
-            for c in sorted(by):
-                removed.add(c)
-                self._exclude(
-                    c,
-                    f"InvalidMessage: complained about client {v} with {len(by)} complainer(s), fewer than "
-                    f"the threshold {t} that makes a complaint count; an unconfirmed complaint excludes the complainer",
-                )
-        return removed
-
     def _split(self, u: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """The peers ``u`` masked with (and itself), split into survivors and dropped."""
         masked_with = set(self.state.masked_with[u]) | {u}
@@ -714,54 +675,3 @@ class SecAggPlusServer(Reconstruction):
     def _after_deliver(self, replies: Sequence[tuple[int, bytes]]) -> None:
         self.state.delivered = True
         return None
-
-    # -- reconstruction and unmasking ----------------------------------------------------------------
-
-    def _masked_with_dead(self, v: int) -> list[int]:
-        """Survivors whose masked input carries a pairwise mask with the dropped client ``v``."""
-        return [u for u in self.state.u3 if v in self.state.masked_with.get(u, ())]
-
-    def _remove_masks(
-        self, total: np.ndarray, seeds: Mapping[int, np.ndarray], keys: Mapping[int, np.ndarray]
-    ) -> None:
-        """total -= sum of self masks of survivors, and -/+ the pairwise masks between survivors and the
-        dropped (one PRG expansion each), split over ``workers`` threads (the PRG releases the GIL)."""
-        sid, r = self.state.session_id, self.round_index
-        public = {u: X25519PublicKey.from_public_bytes(self.state.keys[u][1]) for u in self.state.u3}
-        jobs: list[tuple[str, Any]] = [("self", (u, seeds[u].tobytes())) for u in self.state.u3]
-        for v, sk in keys.items():
-            jobs.append(("pair", (v, sk.tobytes())))
-
-        def work(chunk: list[tuple[str, Any]], acc: np.ndarray | None = None) -> np.ndarray:
-            """The masks of ``chunk`` added into a fresh accumulator, or removed from ``acc`` in place."""
-            ex = MaskExpander(self.layout.length, self.schema.ring_bits, algorithm=self.config.prg)
-            plus, minus = (ex.add, ex.subtract) if acc is None else (ex.subtract, ex.add)
-            if acc is None:
-                acc = ex.zeros()
-            for kind, (owner, secret) in chunk:
-                if kind == "self":
-                    plus(acc, self_key(secret, sid, r, owner))
-                    continue
-                sk = X25519PrivateKey.from_private_bytes(secret)
-                for u in self._masked_with_dead(owner):
-                    shared = sk.exchange(public[u])
-                    key = pair_key(shared, sid, r, u, owner)
-                    if owner > u:  # y_u holds +PRG(k_uv): remove it
-                        plus(acc, key)
-                    else:
-                        minus(acc, key)
-            return acc
-
-        n_jobs = sum(1 if k == "self" else len(self._masked_with_dead(o)) for k, (o, _) in jobs)
-        workers = min(self.workers, max(1, len(jobs)))
-        if workers == 1 or n_jobs < 8:
-            work(jobs, total)  # straight into the sum: no second accumulator
-            return
-        # Interleave so each thread gets a similar number of expansions.
-        order = sorted(range(len(jobs)), key=lambda i: jobs[i][0] != "pair")
-        chunks: list[list[tuple[str, Any]]] = [[] for _ in range(workers)]
-        for j, i in enumerate(order):
-            chunks[j % workers].append(jobs[i])
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            for acc in pool.map(work, chunks):
-                np.subtract(total, acc, out=total)

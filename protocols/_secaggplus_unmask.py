@@ -1,27 +1,31 @@
 """The SecAgg/SecAgg+ server's state and its secret reconstruction (hazmat).
 
-Split from :mod:`securefgl.protocols._secaggplus_server` (re-exported there): what the server holds
-during a session (its state and the running sum of masked inputs), and how it rebuilds the survivors' self-mask seeds and the dropped clients' mask
-keys from the unmask replies, verifying every secret against its commitment (seeds) or advertised
-public key (mask keys) and routing around corrupted shares by trying holder subsets.
+Split from :mod:`securefgl.protocols._secaggplus_server` (re-exported there): what the server holds during a
+session (its state and the running sum of masked inputs), who leaves the sum over complaints, how it rebuilds
+the survivors' self-mask seeds and the dropped clients' mask keys from the unmask replies (verifying every
+secret against its commitment or advertised public key and routing around corrupted shares by trying holder
+subsets), and how it removes the masks.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 
-from securefgl.errors import ProtocolError, ThresholdError
+from securefgl.errors import InvalidMessage, ProtocolError, ThresholdError
 from securefgl.protocols import _shamir
 from securefgl.protocols._harary import GraphParameters, SecretSharingGraph
-from securefgl.protocols._prg import ring_dtype
-from securefgl.protocols._secaggplus_session import commitment, wipe
+from securefgl.protocols._prg import MaskExpander, ring_dtype
+from securefgl.protocols._secaggplus_params import SecAggPlusConfig
+from securefgl.protocols._secaggplus_session import ClipLayout, commitment, pair_key, self_key, wipe
 from securefgl.protocols.base import SERVER, Sums
+from securefgl.protocols.encoding import SumSchema
 from securefgl.protocols.messages import Unmask
 
 __all__ = ["MAX_HOLDER_SUBSETS", "Reconstruction", "RunningSum", "SecAggPlusServerState"]
@@ -82,11 +86,48 @@ MAX_HOLDER_SUBSETS = 20_000
 
 
 class Reconstruction:
-    """Mixin of :class:`~securefgl.protocols._secaggplus_server.SecAggPlusServer`: secret reconstruction."""
+    """Mixin of :class:`~securefgl.protocols._secaggplus_server.SecAggPlusServer`: secret reconstruction and
+    mask removal."""
 
     params: GraphParameters
     x: dict[int, int]
     state: SecAggPlusServerState
+    layout: ClipLayout
+    schema: SumSchema
+    config: SecAggPlusConfig
+    round_index: int
+    workers: int
+
+    def _exclude(self, client: int, err: ProtocolError | InvalidMessage | str) -> None:
+        text = err if isinstance(err, str) else f"{type(err).__name__}: {err}"
+        self.state.excluded.setdefault(client, text)
+
+    def _judge_complaints(self, accused: Mapping[int, set[int]], accepted: set[int]) -> set[int]:
+        """Who leaves the sum over complaints. The server cannot check a complaint (that needs the
+        channel key), so it relies on the threshold assumption: fewer than ``t`` clients collude. A
+        client accused by at least ``t`` others is excluded (one accuser at least is honest); a
+        complaint shared by fewer than ``t`` clients excludes the complainers, never the accused, so
+        colluding clients can exclude only themselves. A sender that garbles its shares to fewer than
+        ``t`` neighbours makes those neighbours leave (as in Bonawitz et al., where a client aborts on a
+        share it cannot decrypt)."""
+        t = self.params.threshold
+        removed: set[int] = set()
+        for v, by in sorted(accused.items()):
+            if len(by) >= t:
+                if v in accepted:
+                    self._exclude(
+                        v, f"InvalidMessage: its share ciphertexts failed authentication at {len(by)} clients"
+                    )
+                removed.add(v)
+                continue
+            for c in sorted(by):
+                removed.add(c)
+                self._exclude(
+                    c,
+                    f"InvalidMessage: complained about client {v} with {len(by)} complainer(s), fewer than "
+                    f"the threshold {t} that makes a complaint count; an unconfirmed complaint excludes the complainer",
+                )
+        return removed
 
     def _verify(self, kind: str, owner: int, secret: np.ndarray) -> bool:
         if kind == "seed":
@@ -210,6 +251,55 @@ class Reconstruction:
             party=SERVER,
             phase=phase,
         )
+
+    def _masked_with_dead(self, v: int) -> list[int]:
+        """Survivors whose masked input carries a pairwise mask with the dropped client ``v``."""
+        return [u for u in self.state.u3 if v in self.state.masked_with.get(u, ())]
+
+    def _remove_masks(
+        self, total: np.ndarray, seeds: Mapping[int, np.ndarray], keys: Mapping[int, np.ndarray]
+    ) -> None:
+        """total -= sum of self masks of survivors, and -/+ the pairwise masks between survivors and the
+        dropped (one PRG expansion each), split over ``workers`` threads (the PRG releases the GIL)."""
+        sid, r = self.state.session_id, self.round_index
+        public = {u: X25519PublicKey.from_public_bytes(self.state.keys[u][1]) for u in self.state.u3}
+        jobs: list[tuple[str, Any]] = [("self", (u, seeds[u].tobytes())) for u in self.state.u3]
+        for v, sk in keys.items():
+            jobs.append(("pair", (v, sk.tobytes())))
+
+        def work(chunk: list[tuple[str, Any]], acc: np.ndarray | None = None) -> np.ndarray:
+            """The masks of ``chunk`` added into a fresh accumulator, or removed from ``acc`` in place."""
+            ex = MaskExpander(self.layout.length, self.schema.ring_bits, algorithm=self.config.prg)
+            plus, minus = (ex.add, ex.subtract) if acc is None else (ex.subtract, ex.add)
+            if acc is None:
+                acc = ex.zeros()
+            for kind, (owner, secret) in chunk:
+                if kind == "self":
+                    plus(acc, self_key(secret, sid, r, owner))
+                    continue
+                sk = X25519PrivateKey.from_private_bytes(secret)
+                for u in self._masked_with_dead(owner):
+                    shared = sk.exchange(public[u])
+                    key = pair_key(shared, sid, r, u, owner)
+                    if owner > u:  # y_u holds +PRG(k_uv): remove it
+                        plus(acc, key)
+                    else:
+                        minus(acc, key)
+            return acc
+
+        n_jobs = sum(1 if k == "self" else len(self._masked_with_dead(o)) for k, (o, _) in jobs)
+        workers = min(self.workers, max(1, len(jobs)))
+        if workers == 1 or n_jobs < 8:
+            work(jobs, total)  # straight into the sum: no second accumulator
+            return
+        # Interleave so each thread gets a similar number of expansions.
+        order = sorted(range(len(jobs)), key=lambda i: jobs[i][0] != "pair")
+        chunks: list[list[tuple[str, Any]]] = [[] for _ in range(workers)]
+        for j, i in enumerate(order):
+            chunks[j % workers].append(jobs[i])
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            for acc in pool.map(work, chunks):
+                np.subtract(total, acc, out=total)
 
 
 class RunningSum:
