@@ -89,31 +89,22 @@ def measure(args: argparse.Namespace, clients: int, work: Path) -> dict[str, Any
         run_id = fed.submit(fed.write_app(to_dict(cfg_dep), work / "dep", args.stage_timeout))
         status = fed.wait(run_id, args.timeout)
         if args.plaintext:  # the same job deployed without protection, on the same federation
-            cfg_plain = _config(args, clients, work / "dep-plain", "plaintext")
-            plain_status = fed.wait(
-                fed.submit(fed.write_app(to_dict(cfg_plain), work / "dep-plain", args.stage_timeout)),
-                args.timeout,
+            plain = _deployed(
+                fed, args, _config(args, clients, work / "dep-plain", "plaintext"), work / "dep-plain"
             )
-            if plain_status == "finished:completed":
-                plain = json.loads((work / "dep-plain" / "metrics.json").read_text())
-                ref["deployed_plaintext_round_s"] = round(_per_round(plain["seeds"][0]["rounds"]), 3)
+            if isinstance(plain, str):
+                ref["deployed_plaintext_status"] = plain  # type: ignore[assignment]
             else:
-                ref["deployed_plaintext_status"] = plain_status  # type: ignore[assignment]
+                ref["deployed_plaintext_round_s"] = round(_per_round(plain["rounds"]), 3)
         if args.resumed:  # the same secagg+ job, every sum after a key agreement resuming its session
             cfg_res = _config(args, clients, work / "dep-resumed", session_uses=1_000_000)
-            res_status = fed.wait(
-                fed.submit(fed.write_app(to_dict(cfg_res), work / "dep-resumed", args.stage_timeout)),
-                args.timeout,
-            )
-            if res_status == "finished:completed":
-                res = json.loads((work / "dep-resumed" / "metrics.json").read_text())
-                ref["deployed_resumed_round_s"] = round(_per_round(res["seeds"][0]["rounds"]), 3)
-                ref["resumed_bit_identical"] = (
-                    res["seeds"][0]["final"]["overall"]
-                    == json.loads((work / "sim" / "metrics.json").read_text())["seeds"][0]["final"]["overall"]
-                )
+            res = _deployed(fed, args, cfg_res, work / "dep-resumed")
+            if isinstance(res, str):
+                ref["deployed_resumed_status"] = res  # type: ignore[assignment]
             else:
-                ref["deployed_resumed_status"] = res_status  # type: ignore[assignment]
+                ref["deployed_resumed_round_s"] = round(_per_round(res["rounds"]), 3)
+                sim_final = json.loads((work / "sim" / "metrics.json").read_text())["seeds"][0]["final"]
+                ref["resumed_bit_identical"] = res["final"]["overall"] == sim_final["overall"]  # type: ignore[assignment]
         if not args.no_flower_ref:
             ref.update(_flower_reference(fed, args, clients, _payload(cfg_dep), work))
     dep = json.loads((work / "dep" / "metrics.json").read_text())
@@ -138,6 +129,17 @@ def measure(args: argparse.Namespace, clients: int, work: Path) -> dict[str, Any
         "bit_identical": dep["seeds"][0]["final"]["overall"] == sim["seeds"][0]["final"]["overall"],
         **ref,
     }
+
+
+def _deployed(
+    fed: LocalFederation, args: argparse.Namespace, cfg: RunConfig, out: Path
+) -> dict[str, Any] | str:
+    """Deploy ``cfg`` on the running federation: its seed's results, or the run's status if it did not complete."""
+    status = fed.wait(fed.submit(fed.write_app(to_dict(cfg), out, args.stage_timeout)), args.timeout)
+    if status != "finished:completed":
+        return status
+    seed: dict[str, Any] = json.loads((out / "metrics.json").read_text())["seeds"][0]
+    return seed
 
 
 def _payload(cfg: RunConfig) -> int:
