@@ -84,15 +84,23 @@ PAPER = {
     ("citeseer", "structure-noniid"): (69.3, 0.8),
     ("chameleon", "louvain"): (68.9, 2.1),
     ("chameleon", "structure-noniid"): (70.8, 2.2),
+    ("squirrel", "louvain"): (56.1, 1.5),
+    ("squirrel", "structure-noniid"): (60.4, 1.7),
+    ("actor", "louvain"): (35.9, 1.5),
+    ("actor", "structure-noniid"): (42.7, 1.3),
 }
 #: Table II GCN rows (with the paper's "local corrections"), for context.
 PAPER_GCN = {
     ("cora", "structure-noniid"): 70.6,
     ("citeseer", "structure-noniid"): 63.4,
     ("chameleon", "structure-noniid"): 63.8,
+    ("squirrel", "louvain"): 46.9,
+    ("squirrel", "structure-noniid"): 51.2,
+    ("actor", "louvain"): 28.8,
+    ("actor", "structure-noniid"): 35.4,
 }
-#: Allowed distance of the mean from the paper (issue 9).
-TOLERANCE = {"cora": 2.5, "citeseer": 2.5, "chameleon": 4.0}
+#: Allowed distance of the mean from the paper (issue 9; issue 27: 4 points on every heterophilous column).
+TOLERANCE = {"cora": 2.5, "citeseer": 2.5, "chameleon": 4.0, "squirrel": 4.0, "actor": 4.0}
 
 
 def client_table(fg: Any, seed: int = 0) -> list[dict[str, Any]]:

@@ -140,8 +140,9 @@ NOTES: dict[str, list[str]] = {
         "available offline (see `shared/datasets/README.md`).",
     ],
     "fedstruct": [
-        "The run on the GPU host was cut at the call's time limit (about 3 min per Cora seed on one core), so only "
-        "the seeds listed were saved; CiteSeer and Chameleon are the docstring's CPU figures.",
+        "The Cora run on the GPU host was cut at the call's time limit (about 3 min per Cora seed on one core), so "
+        "only the seeds listed were saved; CiteSeer and Chameleon were saved for seeds 0-2 on a 2-core machine. "
+        "The docstring's 10-seed CPU figures, with plaintext and the FL/Local GNN baselines, are quoted below.",
     ],
     "adafgl": [
         "Chameleon Louvain is not reached on any split, even on the exact replay of the reference partition (Geom-GCN's "

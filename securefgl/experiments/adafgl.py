@@ -21,6 +21,8 @@ SPLITS: dict[str, tuple[float, float, float]] = {
     "cora": (0.2, 0.4, 0.4),
     "citeseer": (0.2, 0.4, 0.4),
     "chameleon": (0.6, 0.2, 0.2),
+    "squirrel": (0.6, 0.2, 0.2),
+    "actor": (0.6, 0.2, 0.2),
 }
 #: The partition schemes of Table II.
 PARTITIONS = ("louvain", "structure-noniid")
