@@ -8,7 +8,7 @@ server measured them), their ratio, bytes per client of our frames as handed to 
 bytes per client (protocol messages and broadcast), and whether the final metrics are bit-identical. The same job
 deployed under ``plaintext`` on the same federation gives the baseline of the issue's target (the deployed secagg+
 round at most 1.5x the deployed plaintext one; ``--no-plaintext`` skips it). ``--resumed`` adds the secagg+ job
-with resumed sessions (``protocol.options.session_uses``: one key agreement per sum key, then 3 steps a sum
+with resumed sessions (``protocol.options.session_uses``: one key agreement per sum key, then 2 steps a sum
 instead of 4) on the same federation, and its ratio to the plaintext round.
 
 Usage::
