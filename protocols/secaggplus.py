@@ -61,6 +61,12 @@ the list :math:`U_3` to :math:`r`, who subtracts its :math:`|U_3|` pads, decodes
 rules. The server learns the sizes and :math:`U_3`, nothing about the sum. If :math:`r` drops, nobody
 learns the sum.
 
+Resumed sessions (``session_uses > 1``, opt-in; :mod:`~securefgl.protocols._secaggplus_resume`): after a sum
+that every client completed, the next sum over the same clients reuses the key agreement. It is two stages,
+``resume`` (each client shares a fresh self-mask seed and sends its input masked with every neighbour under
+per-use keys) and ``unmasking``; a use counter, per-use ids and the end of the session on any dropout keep it
+as safe as a fresh session.
+
 Security:
     Honest-but-curious server, plus fewer than :math:`t` colluding clients per neighbourhood (SecAgg: in
     total), learn nothing about the inputs beyond their sum over :math:`U_3`, which has at least
