@@ -317,5 +317,7 @@ def _input_stage(transcript: Any) -> str:
     for stage in ("masked_input", "input", "upload"):
         if stage in transcript.phase_seconds:
             return stage
+    if "resume" in transcript.phase_seconds:  # a resumed SecAgg+ use; a planned dropout gets a fresh session
+        return "masked_input"
     phases = list(transcript.phase_seconds)
     return phases[0] if phases else "input"

@@ -63,6 +63,7 @@ __all__ = [
 # Wire codes of the messages that carry one client's vector to the server.
 _PLAIN_INPUT = 0x41  # securefgl.protocols.plaintext.PlainInput
 _MASKED_INPUT = 6  # securefgl.protocols.messages.MaskedInput
+_RESUMED_INPUT = 11  # securefgl.protocols.secaggplus.ResumedInput (a resumed session's masked input)
 _CKKS_UPLOAD = 0x55  # securefgl.protocols.ckks.CKKSUpload
 
 
@@ -277,7 +278,7 @@ class AdversaryView:
                 out[rec.sender] = IndividualInput(
                     rec.sender, _decode_plain(rec.payload, obs.schema), "plaintext"
                 )
-            elif code == _MASKED_INPUT:
+            elif code in (_MASKED_INPUT, _RESUMED_INPUT):
                 out[rec.sender] = IndividualInput(
                     rec.sender, _decode_masked(rec.payload, obs.schema), "masked"
                 )
@@ -319,8 +320,9 @@ def _decode_plain(payload: bytes, schema: SumSchema) -> dict[str, torch.Tensor]:
 
 def _decode_masked(payload: bytes, schema: SumSchema) -> dict[str, torch.Tensor]:
     from securefgl.protocols.messages import MaskedInput, decode
+    from securefgl.protocols.secaggplus import ResumedInput
 
-    msg = decode(payload, MaskedInput)
+    msg = decode(payload, (MaskedInput, ResumedInput))
     ring = np.ascontiguousarray(msg.vector[: schema.length], dtype=np.uint64)
     bits = int(msg.ring_bits)
     signed = centred_lift(ring, bits).astype(np.float64)

@@ -110,7 +110,12 @@ from securefgl.protocols._release import DEFAULT_MIN_CONTRIBUTORS
 from securefgl.protocols._rounding import RoundingBits
 from securefgl.protocols._secaggplus_client import SecAggPlusClient, SecAggPlusClientState
 from securefgl.protocols._secaggplus_params import SecAggPlusConfig, Stage, resolve_graph
-from securefgl.protocols._secaggplus_resume import ClientSession, ServerSession
+from securefgl.protocols._secaggplus_resume import (
+    ClientSession,
+    ResumedInput,
+    ResumedUnmaskRequest,
+    ServerSession,
+)
 from securefgl.protocols._secaggplus_server import SecAggPlusServer, SecAggPlusServerState
 from securefgl.protocols._secaggplus_session import ClipLayout, session_graph, session_id_for
 from securefgl.protocols.base import SERVER, Contribution, DropoutPlan, Protocol, Sums, Transcript
@@ -121,6 +126,8 @@ __all__ = [
     "ClientSession",
     "ClipLayout",
     "IdentityDirectory",
+    "ResumedInput",
+    "ResumedUnmaskRequest",
     "SecAggPlus",
     "SecAggPlusClient",
     "SecAggPlusConfig",

@@ -134,3 +134,18 @@ def test_view_builders_validate():
         server_view([AggregationRecord("main", "t", 0, SCHEMA, {}, tr, sums)], PUBLIC)
     with pytest.raises(ConfigError, match="outside"):
         GraphKnowledge(0, 3, torch.tensor([[0, 5], [1, 0]]), torch.tensor([0]))
+
+
+def test_a_resumed_sessions_masked_inputs_are_in_the_server_view():
+    """With resumed SecAgg+ sessions the inputs travel in the ``resume`` stage: the server's view still holds
+    every client's masked vector (uniform, nothing like the input)."""
+    proto = get_protocol("secagg", session_uses=3)
+    proto.aggregate(SCHEMA, _contributions(4))
+    sums, tr = proto.aggregate(SCHEMA, _contributions(5))
+    assert tr.extra["session_use"] == 1
+    rec = AggregationRecord(
+        "main", "train", 0, SCHEMA, {"w": torch.zeros(2)}, tr, sums, None, _contributions(5)
+    )
+    view = server_view([rec], PUBLIC)
+    got = view.individual_inputs(view.observations[0])
+    assert set(got) == set(range(4)) and all(x.kind == "masked" and not x.exact for x in got.values())
