@@ -35,8 +35,8 @@ Usage (results go to ``--out``, default ``results/reproduce_fedlog``, which git 
 ones the targets were measured on. Under secagg there (``--classifier-mode released``; plaintext is identical,
 the uploads being grid-rounded), mean +- population std, target in brackets, re-measured on 2026-11-29 into
 ``reproductions/fedlog/table_reference_partitions.json``: Cora louvain+ seeds 0/1/2 71.04/70.32/67.55 = 69.64 +-
-1.50 (69.08), Cora metis+ 76.17/78.10/75.72 = 76.66 +- 1.03 (75.08), CiteSeer louvain+ seed 0 64.26 (61.19),
-CiteSeer metis+ seed 0 66.03 (64.92). An earlier measurement, before the code's later refactors, gave Cora
+1.50 (69.08), Cora metis+ 76.17/78.10/75.72 = 76.66 +- 1.03 (75.08), CiteSeer louvain+ seeds 0/1 64.26/65.18 =
+64.72 +- 0.46 (61.19), CiteSeer metis+ seeds 0/1 66.03/65.38 = 65.71 +- 0.32 (64.92). An earlier measurement, before the code's later refactors, gave Cora
 71.32/70.32/67.55 and 76.35/78.10/75.72, CiteSeer louvain+ 62.20/65.18/62.21 = 63.20 +- 1.40 and metis+
 64.78/65.38/65.24 = 65.13 +- 0.26 (10-20 min per Cora run and 25-45 min per CiteSeer run on one CPU core).
 
