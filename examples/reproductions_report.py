@@ -155,6 +155,9 @@ NOTES: dict[str, list[str]] = {
         "Issue 27 (heterophilous columns): row-normalising the features (the paper's preprocessing) lowers AdaFGL "
         "on Chameleon and Squirrel, so it is not the cause; on Squirrel (our Louvain draw) AdaFGL is below "
         "FedAvg-GCN on the same partition, and on Chameleon Louvain 60/20/20 level with it (the rows above).",
+        "Actor (issue 27, our draws, seeds 0-2): both cells are within issue 27's 4 points of the paper but not "
+        "within 2.5 (Louvain 3.5 below, structure non-iid 3.6 above); AdaFGL is 3.1 points ahead of FedAvg-GCN on "
+        "Louvain and 1.5 behind it on structure non-iid.",
     ],
     "fedlog": [
         "The generalisation claim is measured not to hold (Cora and CiteSeer, K = 3, 5, 10; the table is in the "
