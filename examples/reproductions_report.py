@@ -399,9 +399,9 @@ def load_records(directory: Path) -> dict[str, list[dict[str, Any]]]:
 def adafgl_rows(records: Sequence[dict[str, Any]]) -> list[str]:
     """The AdaFGL table: one row per saved cell and protocol."""
     lines = [
-        "| cell | partition | split | protocol | AdaFGL (ours) | reference weighting | FedAvg-GCN (ours) | paper "
-        f"| within {TOLERANCE} | seeds | s / seed | result file |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| cell | partition | split | protocol | AdaFGL (ours) | reference weighting | AdaFGL + blend (weights) "
+        f"| FedAvg-GCN (ours) | Local (ours) | paper | within {TOLERANCE} | seeds | s / seed | result file |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for rec in records:
         for cell in rec["cells"]:
@@ -416,6 +416,11 @@ def adafgl_rows(records: Sequence[dict[str, Any]]) -> list[str]:
                     100 * r["reference_weighted_test_acc"] for r in runs if "reference_weighted_test_acc" in r
                 ]
                 fed = [100 * r["fedavg_test_acc_last"] for r in runs]
+                local = [100 * r["local_test_acc"] for r in runs if "local_test_acc" in r]
+                blended = [r for r in runs if "adafgl_blend_test_acc" in r]
+                blend = pm([100 * r["adafgl_blend_test_acc"] for r in blended])
+                if blended:
+                    blend += " (" + "/".join(f"{r['blend_weight']:g}" for r in blended) + ")"
                 m = mean_std(acc)[0]
                 if paper is None:
                     within = "-"
@@ -428,7 +433,7 @@ def adafgl_rows(records: Sequence[dict[str, Any]]) -> list[str]:
                 lines.append(
                     f"| {cell['dataset']} {cell['split']}{features} | {rec.get('partition') or cell['partition']} "
                     f"| {split} | {protocol} ({cell.get('device', 'cpu')}) | {pm(acc)} | {pm(refw) if refw else '-'} "
-                    f"| {pm(fed)} | {'-' if paper is None else f'{paper[0]:.1f} ± {paper[1]:.1f}'} | {within} "
+                    f"| {blend} | {pm(fed)} | {pm(local)} | {'-' if paper is None else f'{paper[0]:.1f} ± {paper[1]:.1f}'} | {within} "
                     f"| {len(runs)} ({min(r['seed'] for r in runs)}-{max(r['seed'] for r in runs)}) "
                     f"| {statistics.fmean(r['seconds'] for r in runs):.0f} | `{rec['_file']}` |"
                 )
@@ -440,7 +445,7 @@ def adafgl_rows(records: Sequence[dict[str, Any]]) -> list[str]:
                 lines.append(
                     f"| {cell['dataset']} {cell['split']} | | | secagg vs plaintext, seeds "
                     f"{','.join(map(str, common))} | largest per-seed gap {gap:.2f} points | | | | "
-                    f"{'identical' if gap == 0 else 'differ'} | | | |"
+                    f"| | {'identical' if gap == 0 else 'differ'} | | | |"
                 )
     return lines
 

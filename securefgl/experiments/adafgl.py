@@ -62,6 +62,7 @@ def run_config(
     optimizer_state: str = "reset",
     eval_every: int = 1,
     device: str = "cpu",
+    algorithm: str = "adafgl",
 ) -> RunConfig:
     """The run config of one AdaFGL cell (partition seed 0; GCN extractor, hidden 64, 2 layers, dropout 0.5).
 
@@ -80,6 +81,8 @@ def run_config(
         optimizer_state: ``"reset"`` or ``"persistent"``. (default: ``"reset"``)
         eval_every: Evaluate step 1 every this many rounds. (default: ``1``)
         device: Where the run's tensors live. (default: ``"cpu"``)
+        algorithm: ``"adafgl"``, or a baseline run on the same cell with the same GCN and training settings
+            (``"local"``: the Local column of issue 27; ``options`` must then be empty). (default: ``"adafgl"``)
 
     Returns:
         The validated :class:`~securefgl.config.RunConfig`.
@@ -102,7 +105,7 @@ def run_config(
                 "params": partition_params(split),
             },
             "protocol": {"name": protocol},
-            "algorithm": {"name": "adafgl", "options": dict(options or {})},
+            "algorithm": {"name": algorithm, "options": dict(options or {})},
             "model": {"name": "gcn", "hidden": 64, "layers": 2, "dropout": 0.5},
             "train": {
                 "rounds": rounds,

@@ -21,12 +21,20 @@ from securefgl.algorithms.adafgl._local import (
 from securefgl.algorithms.adafgl._topology import adjacency, homophily_confidence_score
 from securefgl.algorithms.adafgl.algorithm import AdaFGL
 from securefgl.algorithms.adafgl.client import AdaFGLClient
-from securefgl.algorithms.adafgl.options import ABLATIONS, STEP1, STEP2, AdaFGLOptions, ablation_options
+from securefgl.algorithms.adafgl.options import (
+    ABLATIONS,
+    BLEND,
+    STEP1,
+    STEP2,
+    AdaFGLOptions,
+    ablation_options,
+)
 from securefgl.algorithms.adafgl.schema import extractor_schema
 from securefgl.algorithms.adafgl.server import AdaFGLServer
 
 __all__ = [
     "ABLATIONS",
+    "BLEND",
     "STEP1",
     "STEP2",
     "AdaFGL",

@@ -431,12 +431,48 @@ def _check_finite(per_client: torch.Tensor, clients: Sequence[BatchClient], epoc
         raise NonFiniteError(f"AdaFGL step 2: non-finite loss on client(s) {bad} at epoch {epoch}")
 
 
+class _BlendSelection:
+    r"""Each blend :math:`(1-\gamma)\hat Y + \gamma\hat P` of ``opts.blend_grid`` at its own best-validation epoch.
+
+    Choosing :math:`\hat Y`'s epoch on the validation nodes inflates its validation accuracy; tracking every blend
+    by the same rule keeps the blend phase's comparison of weights on the same footing.
+    """
+
+    def __init__(
+        self, weights: Sequence[float], pad: _Padded, probs: torch.Tensor, n_val: torch.Tensor
+    ) -> None:
+        self.weights = tuple(weights)
+        self.gamma = torch.tensor(self.weights, dtype=probs.dtype, device=probs.device).view(-1, 1, 1, 1)
+        self.pad, self.n_val = pad, n_val
+        self.best = self._blend(probs)
+        self.best_val = torch.full((len(self.weights), probs.size(0)), -1.0, device=probs.device)
+
+    def _blend(self, probs: torch.Tensor) -> torch.Tensor:
+        return (1.0 - self.gamma) * probs.unsqueeze(0) + self.gamma * self.pad.p_hat.to(
+            probs.dtype
+        ).unsqueeze(0)
+
+    def update(self, probs: torch.Tensor, keep_last: bool) -> None:
+        blended = self._blend(probs)  # (G, K, n_max, C)
+        correct = ((blended.argmax(dim=3) == self.pad.y) & self.pad.val).sum(dim=2).float()
+        acc = torch.where(self.n_val > 0, correct / self.n_val.clamp_min(1), torch.zeros_like(correct))
+        better = (
+            torch.ones_like(acc, dtype=torch.bool) if keep_last else (acc > self.best_val) | (self.n_val == 0)
+        )
+        self.best_val = torch.where(better, acc, self.best_val)
+        self.best = torch.where(better.unsqueeze(-1).unsqueeze(-1), blended, self.best)
+
+    def of_client(self, i: int, n: int) -> dict[float, torch.Tensor]:
+        return {g: self.best[j, i, :n].clone() for j, g in enumerate(self.weights)}
+
+
 def _outcomes(
     b: _Batch,
     pad: _Padded,
     best_probs: torch.Tensor,
     best_epoch: torch.Tensor,
     histories: list[list[float]],
+    blends: _BlendSelection | None = None,
 ) -> list[LocalOutcome]:
     """Unpad the selected epoch of every client into its :class:`LocalOutcome`."""
     pred = best_probs.argmax(dim=2)
@@ -456,6 +492,7 @@ def _outcomes(
                 train_correct=int((ok & train[i, :n]).sum()),
                 train_total=int(train[i, :n].sum()),
                 history=histories[i],
+                blends={} if blends is None else blends.of_client(i, n),
             )
         )
     return outcomes
@@ -497,6 +534,7 @@ def train_local_batched(
     best_val = torch.full((kk,), -1.0, device=dev)
     best_epoch = torch.zeros(kk, dtype=torch.long, device=dev)
     histories: list[list[float]] = [[] for _ in clients]
+    blends = _BlendSelection(opts.blend_grid, pad, best_probs, n_val) if opts.blend_grid else None
     for epoch in range(1, opts.epochs + 1):
         optim.zero_grad()
         out = _forward(st, b, pad.p0, True, generator)
@@ -516,4 +554,6 @@ def train_local_batched(
         best_val = torch.where(better, val_acc, best_val)
         best_epoch = torch.where(better, torch.full_like(best_epoch, epoch), best_epoch)
         best_probs = torch.where(better.view(-1, 1, 1), probs, best_probs)
-    return _outcomes(b, pad, best_probs, best_epoch, histories)
+        if blends is not None:
+            blends.update(probs, keep_last=opts.selection != "best_val")
+    return _outcomes(b, pad, best_probs, best_epoch, histories, blends)

@@ -73,6 +73,7 @@ def step_options(o: Any) -> LocalStepOptions:
         hard_threshold=o.hcs_hard_threshold,
         compat_double_softmax=o.compat_double_softmax,
         selection=o.selection,
+        blend_grid=tuple(g for g in o.blend_grid if g != 0.0) if o.blend == "select" else (),
     )
 
 

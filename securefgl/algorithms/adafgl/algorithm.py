@@ -37,6 +37,19 @@ where :math:`B` is the binarised cosine similarity of predicted class distributi
 message passing of eqs. (11)-(12) (see
 :class:`~securefgl.algorithms.adafgl.model.LearnableMessagePassing`).
 
+**Blend** (``blend="select"``, an extension; issue 27). Eq. (17) weights the extractor by HCS/2 (through
+:math:`\hat Y_{ho}` only), so on a heterophilous client (HCS near 0.2) the federated knowledge all but vanishes
+from the prediction and AdaFGL can fall below the FedAvg extractor it starts from. A last phase of one round
+chooses one weight :math:`\gamma` of a public grid (0 = the paper, 1 = the extractor) for every client's
+prediction :math:`(1-\gamma)\hat Y + \gamma\hat P`, from one secure sum of per-client validation counts:
+
+.. math::
+    c_{i,g} = |\{v \in V^{val}_i : \arg\max((1-\gamma_g)\hat Y_i + \gamma_g \hat P_i)_v = y_v\}|, \qquad
+    \gamma = \gamma_{g^*},\ g^* = \arg\max_g \textstyle\sum_i c_{i,g}
+
+Pooling the validation nodes of every client is what makes the choice reliable; a per-client choice on a
+client's own validation nodes (``fallback="extractor"``) was measured to be too noisy to help.
+
 Step 2 trains the K clients' personalised models together (batched over clients, each with its own
 parameters, optimiser state, HCS and best epoch) when ``train.batched`` is on, and one client at a time
 (a batch of one, through the same training loop) otherwise; clients above ``dense_max_nodes`` always run
@@ -46,7 +59,9 @@ Security:
     The server sees, per round, only :math:`\sum_i n_i \mathrm{clip}_B(W_i)` and :math:`\sum_i n_i` (released by
     the protocol) and broadcasts their ratio. Step 2 sends nothing: :math:`\hat P_i`, :math:`\tilde P_i`,
     :math:`\mathrm{HCS}_i` and the personalised models never leave client :math:`i`. Not protected: the
-    broadcast extractor itself (the sum), and per-client diagnostics a simulation chooses to print.
+    broadcast extractor itself (the sum), and per-client diagnostics a simulation chooses to print. With
+    ``blend="select"`` the server also learns the pooled validation counts per grid weight (a sum, like the
+    evaluation sums) and broadcasts the chosen weight.
 
 Shapes:
     per client: ``x`` ``(N_k, F)``, ``edge_index`` ``(2, E_k)``; uploads one block ``w.<name>`` per GCN
@@ -59,8 +74,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from securefgl.algorithms.adafgl.client import AdaFGLClient
-from securefgl.algorithms.adafgl.options import STEP1, STEP2, AdaFGLOptions
-from securefgl.algorithms.adafgl.schema import extractor_schema
+from securefgl.algorithms.adafgl.options import BLEND, STEP1, STEP2, AdaFGLOptions
+from securefgl.algorithms.adafgl.schema import blend_schema, extractor_schema
 from securefgl.algorithms.adafgl.server import AdaFGLServer
 from securefgl.algorithms.base import Phase, RoundState
 from securefgl.algorithms.baselines.fedavg import FedAvg
@@ -77,7 +92,8 @@ class AdaFGL(AdaFGLServer, AdaFGLClient, FedAvg):
 
     Phases: ``federated`` (``train.rounds`` rounds of FedAvg through the protocol; uploads
     :math:`n_k \mathrm{clip}_B(W_k)` per parameter tensor and the count :math:`n_k`) and ``personalize``
-    (local only, no sum: the engine calls no protocol, so its transcript is empty). Evaluation in the
+    (local only, no sum: the engine calls no protocol, so its transcript is empty), and with ``blend="select"``
+    ``blend`` (one round, every client; uploads the count vector ``blend.val_correct``). Evaluation in the
     federated phase scores the extractor (the FedAvg global model); the final metrics are those of the
     personalised predictions :math:`\hat Y` (returned as :math:`\log\hat Y`).
 
@@ -95,13 +111,22 @@ class AdaFGL(AdaFGLServer, AdaFGLClient, FedAvg):
     batched = True
 
     def phases(self, train: Any) -> Sequence[Phase]:
-        return (Phase(STEP1, kind="rounds", rounds=train.rounds), Phase(STEP2, kind="local"))
+        steps = [Phase(STEP1, kind="rounds", rounds=train.rounds), Phase(STEP2, kind="local")]
+        if self.options.blend == "select":
+            steps.append(Phase(BLEND, kind="rounds", rounds=1, sample=False))
+        return tuple(steps)
 
     def schema(self, rs: RoundState) -> SumSchema:
-        """Step 1's sum (:func:`~securefgl.algorithms.adafgl.schema.extractor_schema`)."""
+        """Step 1's sum (:func:`~securefgl.algorithms.adafgl.schema.extractor_schema`), or the blend phase's
+        (:func:`~securefgl.algorithms.adafgl.schema.blend_schema`)."""
+        max_clients = max(self.setting.max_clients_per_round, len(rs.clients))
+        if rs.phase == BLEND:
+            return blend_schema(
+                len(self.options.blend_grid), count_bound=self.setting.count_bound, max_clients=max_clients
+            )
         return extractor_schema(
             rs.broadcast,
             param_bound=self.options.param_bound,
             count_bound=count_bound(self.options, self.setting.count_bound, delta=False),
-            max_clients=max(self.setting.max_clients_per_round, len(rs.clients)),
+            max_clients=max_clients,
         )

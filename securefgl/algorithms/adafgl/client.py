@@ -2,7 +2,8 @@ r"""AdaFGL's client half: step 1's local training with the weight of eq. (4), an
 
 Step 2 (spec §2.2) corrects each client's topology, smooths its features, scores HCS and trains the
 personalised model (:mod:`._local`, :mod:`._batched`, :mod:`._topology`, :mod:`.model`); nothing of it leaves
-the client.
+the client. With ``blend="select"``, each client then counts its validation nodes that every blend of
+:math:`\hat Y` with the extractor's :math:`\hat P` gets right; only the sum of these counts leaves.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from typing import Any
 import torch
 
 from securefgl.algorithms.adafgl._local import client_homophily_report, prepare_client, train_prepared
-from securefgl.algorithms.adafgl.options import STEP2
+from securefgl.algorithms.adafgl.options import BLEND, STEP1
+from securefgl.algorithms.adafgl.server import BLEND_WEIGHT
 from securefgl.algorithms.base import Broadcast, Client, Phase, RoundState
 from securefgl.algorithms.baselines.fedavg.client import FedAvgClient
 from securefgl.errors import TrainingError
@@ -40,7 +42,10 @@ class AdaFGLClient(FedAvgClient):
         return client.num_nodes if self.options.weighting == "nodes" else client.num_train
 
     def client_steps(self, clients: Sequence[Client], rs: RoundState) -> dict[int, Any]:
-        """FedAvg's client step with the weight of eq. (4): ``{w.<param>: n_k clip_B(W_k), n: n_k}``."""
+        """FedAvg's client step with the weight of eq. (4): ``{w.<param>: n_k clip_B(W_k), n: n_k}``; in the
+        blend phase, ``{blend.val_correct: counts}`` (:meth:`blend_counts`)."""
+        if rs.phase == BLEND:
+            return {c.id: {"blend.val_correct": self.blend_counts(c)} for c in clients}
         glob = {n: v.to(clients[0].device) for n, v in rs.broadcast.items()}
         res = self._train(clients, glob, self.setting.train.local_epochs, None, f"{self.name}.train")
         weights = [self._weight(c) for c in clients]
@@ -90,9 +95,11 @@ class AdaFGLClient(FedAvgClient):
             batched=self.setting.train.batched,
             batch_generator=workspace_generator(clients),
         )
-        for c, res in zip(clients, results, strict=True):
+        for c, p, res in zip(clients, prepared, results, strict=True):
             c.state["adafgl"] = {
                 "probs": res.outcome.probs.detach(),
+                "p_hat": p.inputs.p_hat.detach(),
+                "blends": res.outcome.blends,
                 "hcs": res.hcs,
                 "best_epoch": res.outcome.best_epoch,
                 "similarity_edges": res.similarity_edges,
@@ -100,23 +107,27 @@ class AdaFGLClient(FedAvgClient):
                 "fell_back": res.fell_back,
             }
 
+    # ------------------------------------------------------------------ blend ------------------------------
+
+    def blend_counts(self, client: Client) -> torch.Tensor:
+        r"""How many of the client's validation nodes :math:`(1-\gamma)\hat Y + \gamma\hat P` gets right, for
+        every :math:`\gamma` of ``blend_grid``: an ``int64`` vector (the blend phase's upload)."""
+        st = _step2_state(client)
+        y, val = client.data.y.long(), client.data.val_mask
+        counts = [int(((_blend(st, g).argmax(dim=1) == y) & val).sum()) for g in self.options.blend_grid]
+        return torch.tensor(counts, dtype=torch.int64)
+
     # ------------------------------------------------------------------ evaluation -------------------------
 
     def evaluate(
         self, clients: Sequence[Client], broadcast: Broadcast, rs: RoundState
     ) -> dict[int, torch.Tensor]:
-        r"""Extractor scores during step 1; :math:`\log\hat Y` of the personalised model after step 2."""
-        if rs.phase != STEP2:
+        r"""Extractor scores during step 1; :math:`\log\hat Y` of the personalised model after step 2; after
+        the blend phase, the log of the blend with the broadcast weight."""
+        if rs.phase == STEP1:
             return super().evaluate(clients, broadcast, rs)
-        out = {}
-        for c in clients:
-            st = c.state.get("adafgl")
-            if st is None:
-                raise TrainingError(
-                    f"adafgl: client {c.id} has no step-2 result; the personalize phase did not run"
-                )
-            out[c.id] = st["probs"].clamp_min(1e-12).log()
-        return out
+        weight = float(broadcast[BLEND_WEIGHT][0]) if rs.phase == BLEND else 0.0
+        return {c.id: _blend(_step2_state(c), weight).clamp_min(1e-12).log() for c in clients}
 
     def client_report(self, client: Client) -> dict[str, Any]:
         """Client-side diagnostics (spec §6): homophily of the local graph and the client's HCS.
@@ -133,3 +144,24 @@ class AdaFGLClient(FedAvgClient):
             rep["similarity_edges"] = st["similarity_edges"]
             rep["step2_fell_back_to_extractor"] = st.get("fell_back", False)
         return rep
+
+
+def _step2_state(client: Client) -> dict[str, Any]:
+    st = client.state.get("adafgl")
+    if st is None:
+        raise TrainingError(
+            f"adafgl: client {client.id} has no step-2 result; the personalize phase did not run"
+        )
+    return st
+
+
+def _blend(st: dict[str, Any], weight: float) -> torch.Tensor:
+    r""":math:`(1-\gamma)\hat Y + \gamma\hat P` at the blend's own best-validation epoch (exactly :math:`\hat Y`
+    at :math:`\gamma = 0`; :class:`~securefgl.algorithms.adafgl.model.LocalOutcome`'s ``blends``)."""
+    probs = st["probs"]
+    if weight == 0.0:
+        return probs
+    kept = st.get("blends", {}).get(weight)
+    if kept is not None:
+        return kept
+    return (1.0 - weight) * probs + weight * st["p_hat"].to(probs.dtype)

@@ -490,11 +490,18 @@ class LocalStepOptions:
     hard_threshold: float = 0.9
     compat_double_softmax: bool = False
     selection: Literal["best_val", "last"] = "best_val"
+    blend_grid: tuple[float, ...] = ()
 
 
 @dataclass
 class LocalOutcome:
-    """What step 2 leaves on one client (never sent anywhere)."""
+    """What step 2 leaves on one client (never sent anywhere).
+
+    ``blends`` maps each non-zero weight :math:`\\gamma` of ``blend_grid`` to the blend
+    :math:`(1-\\gamma)\\hat Y + \\gamma\\hat P` at the epoch where that blend did best on the client's
+    validation nodes (``selection="best_val"``), so that every weight is chosen by the same rule as
+    :math:`\\hat Y` itself.
+    """
 
     probs: torch.Tensor
     best_epoch: int
@@ -505,6 +512,7 @@ class LocalOutcome:
     train_correct: int
     train_total: int
     history: list[float] = field(default_factory=list)
+    blends: dict[float, torch.Tensor] = field(default_factory=dict)
 
 
 def cpu_generator(generator: torch.Generator) -> torch.Generator:

@@ -8,11 +8,12 @@ from typing import Any, Literal
 
 from securefgl.errors import ConfigError
 
-__all__ = ["ABLATIONS", "STEP1", "STEP2", "AdaFGLOptions", "ablation_options"]
+__all__ = ["ABLATIONS", "BLEND", "STEP1", "STEP2", "AdaFGLOptions", "ablation_options"]
 
-#: Phase names of an AdaFGL run.
+#: Phase names of an AdaFGL run (``BLEND`` runs only with ``blend="select"``).
 STEP1 = "federated"
 STEP2 = "personalize"
+BLEND = "blend"
 
 
 #: The ablation switches of spec §5.4 (Tables VI-VII): name -> the options that turn the part off.
@@ -100,6 +101,18 @@ class AdaFGLOptions:
             intend where local topology does not help (issue 27). Measured on Squirrel, Louvain, 60/20/20, seeds
             0-2, CPU: 41.2 against 41.7 without it (FedAvg-GCN 42.7); a client's validation nodes are too few to
             choose between the two reliably. (default: ``"none"``)
+        blend: ``"none"`` (the paper: each client predicts with :math:`\\hat Y` of eq. (17)) or ``"select"``: each
+            client predicts with :math:`(1-\\gamma)\\hat Y + \\gamma \\hat P`, the personalised model blended
+            with the federated extractor, where :math:`\\gamma` is the weight of ``blend_grid`` with the most
+            validation nodes right over all clients, chosen by the server from one secure sum of per-client
+            counts (a ``blend`` phase of one round). Eq. (17) gives :math:`\\hat P` the weight HCS/2, which on
+            heterophilous clients (HCS near 0.2) all but drops the federated knowledge that eq. (9) keeps;
+            choosing :math:`\\gamma` on the pooled validation nodes restores it where it helps (issue 27). Each
+            blend is kept at its own best-validation epoch, as :math:`\\hat Y` is, so that no weight is favoured
+            by the epoch choice. ``"none"`` and ``"select"`` give the same :math:`\\hat Y` (the ``personalize``
+            phase's evaluation). (default: ``"none"``)
+        blend_grid: the weights :math:`\\gamma \\in [0, 1]` tried by ``blend="select"``; ties go to the first
+            (default: ``(0.0, 0.25, 0.5, 0.75, 1.0)``: 0 is the paper's prediction, 1 the extractor's).
         knowledge_preserving: ablation "w/o K.P." when False (drop eq. (8)).
         feature_embedding: ablation "w/o T.F." when False (drop :math:`H_f`).
         message_passing: ablation "w/o L.M." when False (drop :math:`H_m`).
@@ -140,6 +153,8 @@ class AdaFGLOptions:
     selection: Literal["best_val", "last"] = "best_val"
     extractor: Literal["best_val", "last"] = "best_val"
     fallback: Literal["none", "extractor"] = "none"
+    blend: Literal["none", "select"] = "none"
+    blend_grid: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
     knowledge_preserving: bool = True
     feature_embedding: bool = True
     message_passing: bool = True
@@ -176,6 +191,12 @@ class AdaFGLOptions:
             raise ConfigError(
                 f"adafgl option fallback={self.fallback!r} is invalid; valid: 'none', 'extractor'"
             )
+        if self.blend not in ("none", "select"):
+            raise ConfigError(f"adafgl option blend={self.blend!r} is invalid; valid: 'none', 'select'")
+        if not self.blend_grid:
+            raise ConfigError("adafgl option blend_grid is empty; give at least one weight in [0, 1]")
+        for g in self.blend_grid:
+            _check_range("blend_grid entry", g, 0.0, 1.0)
         _check_range("lr", self.lr, 0.0, float("inf"), lo_open=True)
         _check_range("weight_decay", self.weight_decay, 0.0, float("inf"))
 

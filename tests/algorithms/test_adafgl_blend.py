@@ -1,0 +1,138 @@
+"""AdaFGL's blend phase (``blend="select"``, issue 27): one secure sum of validation counts picks the weight of the
+federated extractor in every client's prediction."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from securefgl.algorithms.adafgl import BLEND, STEP1, STEP2, AdaFGL, AdaFGLOptions
+from securefgl.algorithms.base import RoundState, Setting
+from securefgl.config import RunConfig, build
+from securefgl.engine.hooks import RunHooks
+from securefgl.engine.runner import run_seed
+from securefgl.errors import ConfigError
+from securefgl.protocols.base import Sums
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+def _fed_graph():
+    from securefgl.data import make_csbm, partition_graph
+
+    data = make_csbm(
+        num_nodes=240, num_classes=3, avg_degree=6.0, homophily=0.3, num_features=12, signal=1.0, seed=0
+    )
+    return partition_graph(data, "metis", 3, seed=0, split=(0.3, 0.3, 0.4), cache=False)
+
+
+def _config(protocol: str, options: dict) -> RunConfig:
+    return build(
+        RunConfig,
+        {
+            "protocol": {"name": protocol},
+            "algorithm": {"name": "adafgl", "options": {"epochs": 4, "hidden": 8, **options}},
+            "model": {"name": "gcn", "hidden": 16, "layers": 2, "dropout": 0.5},
+            "train": {"rounds": 3, "local_epochs": 2, "lr": 0.01, "eval_every": 1},
+            "device": "cpu",
+        },
+    )
+
+
+def _run(protocol: str, options: dict, monkeypatch: pytest.MonkeyPatch | None = None):
+    """One seed; returns the result and each client's uploaded count vector (recorded on the client side)."""
+    uploads: dict[int, torch.Tensor] = {}
+    if monkeypatch is not None:
+        real = AdaFGL.blend_counts
+
+        def record(self, client):
+            uploads[client.id] = out = real(self, client)
+            return out
+
+        monkeypatch.setattr(AdaFGL, "blend_counts", record)
+    return run_seed(
+        _config(protocol, options), _fed_graph(), 0, torch.device("cpu"), hooks=RunHooks()
+    ), uploads
+
+
+def test_blend_weight_is_the_pooled_best_of_the_securely_summed_counts(monkeypatch) -> None:
+    grid = (0.0, 0.5, 1.0)
+    res, uploads = _run("secagg", {"blend": "select", "blend_grid": list(grid)}, monkeypatch)
+    assert [e.phase for e in res.evals][-2:] == [STEP2, BLEND] and res.final.phase == BLEND
+    assert sorted(uploads) == [0, 1, 2]
+    total = torch.stack(list(uploads.values())).sum(dim=0).tolist()
+    report = res.report["adafgl_blend"]
+    assert list(report["val_correct"].values()) == total  # the secure sum equals the plain sum of the uploads
+    best = max(range(len(grid)), key=lambda g: (total[g], -g))
+    assert report["weight"] == grid[best]
+    val_total = sum(c.splits["val"].n for c in res.final.per_client)
+    assert res.final.overall["val_acc_pooled"] == pytest.approx(total[best] / val_total)
+    # the blend round uploads one count vector, less than a step-1 upload of the model
+    (blend_round,) = [r for r in res.rounds if r.phase == BLEND]
+    step1_up = min(res.rounds[0].bytes_up.values())
+    assert all(b < step1_up for b in blend_round.bytes_up.values())
+
+
+def test_a_zero_weight_blend_is_the_papers_prediction_and_a_full_weight_one_the_extractors() -> None:
+    zero, _ = _run("plaintext", {"blend": "select", "blend_grid": [0.0]})
+    by_phase = {e.phase: e.overall for e in zero.evals if e.phase != STEP1}
+    assert by_phase[BLEND]["test_acc"] == by_phase[STEP2]["test_acc"]
+    assert by_phase[BLEND]["val_acc"] == by_phase[STEP2]["val_acc"]
+
+    one, _ = _run("plaintext", {"blend": "select", "blend_grid": [1.0], "extractor": "best_val"})
+    step1 = [e for e in one.evals if e.phase == STEP1]
+    kept = max(
+        step1, key=lambda e: e.overall["val_acc_pooled"]
+    )  # the first best round, as the server keeps it
+    assert one.final.overall["test_acc"] == kept.overall["test_acc"]
+    assert one.final.overall["val_acc"] == kept.overall["val_acc"]
+
+
+def test_secagg_and_plaintext_choose_the_same_blend() -> None:
+    sec, _ = _run("secagg", {"blend": "select"})
+    pla, _ = _run("plaintext", {"blend": "select"})
+    assert sec.report["adafgl_blend"] == pla.report["adafgl_blend"]
+    assert sec.final.overall["test_acc"] == pla.final.overall["test_acc"]
+
+
+def test_without_blend_there_is_no_blend_phase() -> None:
+    cfg = _config("plaintext", {})
+    algo = AdaFGL(_setting(cfg), cfg.algorithm.options)
+    assert [p.name for p in algo.phases(cfg.train)] == [STEP1, STEP2]
+
+
+def _setting(cfg: RunConfig) -> Setting:
+    return Setting(12, 3, 3, 240, 120, cfg.model, cfg.train)
+
+
+def test_server_picks_the_most_counts_and_the_first_weight_on_ties() -> None:
+    cfg = _config("plaintext", {"blend": "select", "blend_grid": [0.0, 0.25, 0.5, 1.0]})
+    algo = AdaFGL(_setting(cfg), cfg.algorithm.options)
+    rs = RoundState(BLEND, 0, 3, (0, 1, 2), {}, 1)
+    server: dict = {}
+    out = algo.server_step(
+        server, Sums({"blend.val_correct": torch.tensor([5, 9, 9, 2])}, num_contributors=3), rs
+    )
+    assert float(out["blend.weight"][0]) == 0.25
+    assert server["blend"] == {"weight": 0.25, "val_correct": {0.0: 5, 0.25: 9, 0.5: 9, 1.0: 2}}
+    schema = algo.schema(rs)
+    assert [b.name for b in schema.blocks] == ["blend.val_correct"] and schema.blocks[0].shape == (4,)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"blend": "always"}, "blend='always' is invalid; valid: 'none', 'select'"),
+        ({"blend_grid": ()}, "blend_grid is empty"),
+        ({"blend_grid": (0.0, 1.5)}, "blend_grid entry"),
+    ],
+)
+def test_bad_blend_options_are_refused(options: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        AdaFGLOptions(**options)
