@@ -73,7 +73,7 @@ from securefgl.data import load_dataset, partition_graph
 from securefgl.engine import run_seed
 from securefgl.errors import PartitionError
 from securefgl.experiments import partition_file
-from securefgl.experiments.adafgl import PARTITIONS, SPLITS, partition_params, run_config
+from securefgl.experiments.adafgl import INJECTIONS, PARTITIONS, SPLITS, partition_params, run_config
 from securefgl.experiments.progress import Progress
 
 #: Spec §5.4 Table II (AdaFGL, 10 clients): (mean, std).
@@ -259,6 +259,14 @@ def main() -> None:
         "'none' runs the paper's phases only",
     )
     ap.add_argument(
+        "--injection",
+        choices=INJECTIONS,
+        default="text",
+        help="structure non-iid edge injection: 'text' (default; the paper's 'half of the original edges', "
+        "floor(0.5 |E_i|) new edges per client) or 'code' (the official code: each eligible non-edge pair with "
+        "probability 0.001, isolated nodes joined to one partner)",
+    )
+    ap.add_argument(
         "--no-local",
         action="store_true",
         help="skip the Local column (each client trains the same GCN alone, once per seed)",
@@ -341,7 +349,7 @@ def main() -> None:
                     seed=0,
                     split=tuple(args.split or SPLITS[dataset]),
                     root=args.root,
-                    **partition_params(split),
+                    **partition_params(split, injection=args.injection),
                 )
             print(
                 f"\n== {dataset} / {split}: {fg.num_clients} clients (partition {time.perf_counter() - t0:.1f}s)"
@@ -355,6 +363,7 @@ def main() -> None:
                 "partition": "ours" if args.partition_dir is None else f"file {ref.name}",
                 "exact_replay": exact,
                 "row_normalize": bool(args.row_normalize),
+                **({"injection": args.injection} if split == "structure-noniid" else {}),
                 "clients": rows,
                 "runs": [],
             }
@@ -374,6 +383,7 @@ def main() -> None:
                         optimizer_state=args.optimizer_state,
                         eval_every=args.eval_every,
                         device=args.device,
+                        injection=args.injection,
                     )
                     res = run_seed(
                         cfg,
@@ -419,6 +429,7 @@ def main() -> None:
                             eval_every=args.eval_every,
                             device=args.device,
                             algorithm="local",
+                            injection=args.injection,
                         )
                         local = run_seed(local_cfg, fg, seed, torch.device(args.device))
                         run["local_test_acc"] = local.final.overall["test_acc"]

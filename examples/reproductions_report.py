@@ -430,6 +430,8 @@ def adafgl_rows(records: Sequence[dict[str, Any]]) -> list[str]:
                         within += " / " + ("yes" if abs(mean_std(refw)[0] - paper[0]) <= TOLERANCE else "no")
                 split = rec.get("split_label") or "/".join(f"{round(100 * x)}" for x in cell["ratios"])
                 features = ", row-normalised features" if cell.get("row_normalize") else ""
+                if cell.get("injection") == "code":
+                    features += ", the code's injection"
                 lines.append(
                     f"| {cell['dataset']} {cell['split']}{features} | {rec.get('partition') or cell['partition']} "
                     f"| {split} | {protocol} ({cell.get('device', 'cpu')}) | {pm(acc)} | {pm(refw) if refw else '-'} "

@@ -14,7 +14,7 @@ from typing import Any
 from securefgl.config import RunConfig, build
 from securefgl.errors import ConfigError
 
-__all__ = ["PARTITIONS", "SPLITS", "partition_params", "run_config"]
+__all__ = ["INJECTIONS", "PARTITIONS", "SPLITS", "partition_params", "run_config"]
 
 #: Train/val/test ratios per dataset (Table I).
 SPLITS: dict[str, tuple[float, float, float]] = {
@@ -28,11 +28,17 @@ SPLITS: dict[str, tuple[float, float, float]] = {
 PARTITIONS = ("louvain", "structure-noniid")
 
 
-def partition_params(split: str) -> dict[str, Any]:
+#: Structure non-iid edge injections: the paper's text (``floor(0.5 |E_i|)`` new edges per client) or the
+#: official code's (every eligible non-edge pair with probability 0.001, isolated nodes joined to one partner).
+INJECTIONS = ("text", "code")
+
+
+def partition_params(split: str, *, injection: str = "text") -> dict[str, Any]:
     """Partitioner parameters of the two partition schemes (spec §1.2, §1.3).
 
     Args:
         split: ``"louvain"`` (every node assigned, FedSage+/AdaFGL packing) or ``"structure-noniid"``.
+        injection: The structure non-iid injection, one of :data:`INJECTIONS`. (default: ``"text"``)
 
     Returns:
         The keyword arguments of ``partition_graph(data, split, K, ...)`` (``partition.params`` of a run config).
@@ -42,6 +48,10 @@ def partition_params(split: str) -> dict[str, Any]:
     """
     if split == "louvain":
         return {"assign": "greedy"}  # every node assigned, FedSage+/AdaFGL packing
+    if injection not in INJECTIONS:
+        raise ConfigError(f"unknown injection {injection!r}; valid: {', '.join(INJECTIONS)}")
+    if split == "structure-noniid" and injection == "code":
+        return {"p_homo": 0.5, "pair_rate": 0.001, "isolated_rate": 0.5}
     if split == "structure-noniid":
         return {"p_homo": 0.5, "rho": 0.5, "anchor": "uniform"}
     raise ConfigError(f"unknown split {split!r}; valid: {', '.join(PARTITIONS)}")
@@ -63,6 +73,7 @@ def run_config(
     eval_every: int = 1,
     device: str = "cpu",
     algorithm: str = "adafgl",
+    injection: str = "text",
 ) -> RunConfig:
     """The run config of one AdaFGL cell (partition seed 0; GCN extractor, hidden 64, 2 layers, dropout 0.5).
 
@@ -83,6 +94,7 @@ def run_config(
         device: Where the run's tensors live. (default: ``"cpu"``)
         algorithm: ``"adafgl"``, or a baseline run on the same cell with the same GCN and training settings
             (``"local"``: the Local column of issue 27; ``options`` must then be empty). (default: ``"adafgl"``)
+        injection: The structure non-iid injection (:func:`partition_params`). (default: ``"text"``)
 
     Returns:
         The validated :class:`~securefgl.config.RunConfig`.
@@ -102,7 +114,7 @@ def run_config(
                 "clients": clients,
                 "seed": 0,
                 "split": list(ratios or SPLITS[dataset]),
-                "params": partition_params(split),
+                "params": partition_params(split, injection=injection),
             },
             "protocol": {"name": protocol},
             "algorithm": {"name": algorithm, "options": dict(options or {})},

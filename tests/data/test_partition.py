@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -183,6 +184,37 @@ def test_structure_noniid_coin_and_edge_anchor(small_csbm) -> None:
     assert set(fg.meta["info"]["modes"]) <= {"homo", "hete"}
     all_homo = partition_graph(small_csbm, "structure-noniid", 6, seed=3, cache=False, p_homo=1.0)
     assert fg.meta["info"]["modes"] != ["hete"] * 6 and all_homo.meta["info"]["modes"] == ["homo"] * 6
+
+
+def test_structure_noniid_pair_rate_is_the_codes_injection(data_root) -> None:
+    """``pair_rate``: each eligible non-edge pair at that rate (labels equal for homo, different for hete), and
+    every node left without edges gets one eligible partner (unless it has none)."""
+    data = load_dataset("chameleon", data_root)
+    modes = ("homo", "hete", "homo", "hete")
+    fg = partition_graph(data, "structure-noniid", 4, seed=0, cache=False, modes=modes, pair_rate=0.001)
+    check_invariants(fg, data)
+    metis = partition_graph(data, "metis", 4, seed=0, cache=False)
+    assert torch.equal(fg.node_owner, metis.node_owner)
+    for k, (c, m) in enumerate(zip(fg.clients, metis.clients, strict=True)):
+        before = {tuple(e) for e in m.edge_index.t().tolist()}
+        new = [(u, v) for u, v in c.edge_index.t().tolist() if u < v and (u, v) not in before]
+        info = fg.meta["info"]["clients"][k]
+        assert len(new) == info["added"] > 0
+        same = [bool(c.y[u] == c.y[v]) for u, v in new]
+        assert all(same) if modes[k] == "homo" else not any(same)
+        n = int(c.num_nodes)
+        eligible = sum(
+            int((c.y == y).sum()) * (int((c.y == y).sum()) - 1) // 2 for y in torch.unique(c.y).tolist()
+        )
+        if modes[k] == "hete":
+            eligible = n * (n - 1) // 2 - eligible
+        isolated = int((torch.bincount(m.edge_index[0], minlength=n) == 0).sum())
+        assert info["added"] <= 0.001 * eligible + 5 * math.sqrt(0.001 * eligible) + isolated
+        assert info["added"] < 0.5 * (m.edge_index.shape[1] // 2)  # far below the text's rho = 0.5
+        degree = torch.bincount(c.edge_index[0], minlength=n)
+        assert int((degree == 0).sum()) <= isolated
+    with pytest.raises(ConfigError, match="pair_rate must be in"):
+        partition_graph(data, "structure-noniid", 4, seed=0, cache=False, pair_rate=1.5)
 
 
 def test_fedlog_held_out_and_missing_classes(cora) -> None:

@@ -26,6 +26,14 @@ def test_partition_params_of_the_two_schemes() -> None:
     assert PARTITIONS == ("louvain", "structure-noniid")
     assert partition_params("louvain") == {"assign": "greedy"}
     assert partition_params("structure-noniid") == {"p_homo": 0.5, "rho": 0.5, "anchor": "uniform"}
+    assert partition_params("structure-noniid", injection="code") == {
+        "p_homo": 0.5,
+        "pair_rate": 0.001,
+        "isolated_rate": 0.5,
+    }
+    assert partition_params("louvain", injection="code") == {"assign": "greedy"}
+    with pytest.raises(ConfigError, match="unknown injection 'paper'; valid: text, code"):
+        partition_params("structure-noniid", injection="paper")
     a = partition_params("louvain")
     a["assign"] = "other"
     assert partition_params("louvain") == {"assign": "greedy"}, "each call returns a fresh dict"
