@@ -426,6 +426,9 @@ def adafgl_rows(records: Sequence[dict[str, Any]]) -> list[str]:
                     within = "-"
                 else:
                     within = "yes" if abs(m - paper[0]) <= TOLERANCE else "no"
+                    if blended:
+                        bm = mean_std([100 * r["adafgl_blend_test_acc"] for r in blended])[0]
+                        within += " / blend " + ("yes" if abs(bm - paper[0]) <= TOLERANCE else "no")
                     if refw:
                         within += " / " + ("yes" if abs(mean_std(refw)[0] - paper[0]) <= TOLERANCE else "no")
                 split = rec.get("split_label") or "/".join(f"{round(100 * x)}" for x in cell["ratios"])

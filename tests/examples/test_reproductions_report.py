@@ -29,6 +29,9 @@ def _adafgl_out(path: Path, protocol: str, seeds: list[int], acc: float) -> Path
             "adafgl_test_acc": acc + 0.01 * s,
             "fedavg_test_acc_last": 0.5,
             "reference_weighted_test_acc": acc + 0.05,
+            "adafgl_blend_test_acc": acc + 0.03,
+            "blend_weight": 0.5,
+            "local_test_acc": 0.6,
             "seconds": 100.0,
             "per_client": [{"test_acc": 0.5}],
         }
@@ -103,8 +106,9 @@ def test_collect_and_render(report, tmp_path: Path) -> None:
         ]
     )
     page = report.render(res)
-    # 64.5 ± 0.7 (seeds 0-1): within 2.5 of 68.9 with the reference weighting only
-    assert "| 64.5 ± 0.7 | 69.0 ± 0.0 | 50.0 ± 0.0 | 68.9 ± 2.1 | no / yes | 2 (0-1) | 100 |" in page
+    # 64.5 ± 0.7 (seeds 0-1): within 2.5 of 68.9 with the blend (67.0) and with the reference weighting only
+    row = "| 64.5 ± 0.7 | 69.0 ± 0.0 | 67.0 ± 0.0 (0.5/0.5) | 50.0 ± 0.0 | 60.0 ± 0.0 | 68.9 ± 2.1 "
+    assert row + "| no / blend yes / yes | 2 (0-1) | 100 |" in page
     assert "largest per-seed gap 0.00 points" in page and "identical" in page
     assert "| Cora | fedstruct | secagg | 80.00 ± 0.00 | 80.28 ± 1.44 | yes | 3 |" in page
     assert "run it" in page and "test box" in page
