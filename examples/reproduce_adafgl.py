@@ -381,24 +381,21 @@ def main() -> None:
                 "clients": rows,
                 "runs": [],
             }
+            settings: dict[str, Any] = {
+                "clients": args.clients,
+                "ratios": args.split,
+                "root": args.root,
+                "rounds": args.rounds,
+                "local_epochs": args.local_epochs,
+                "weight_decay": args.weight_decay,
+                "optimizer_state": args.optimizer_state,
+                "eval_every": args.eval_every,
+                "device": args.device,
+                "injection": args.injection,
+            }
             for protocol in args.protocols:
                 for seed in args.seeds:
-                    cfg = run_config(
-                        dataset,
-                        split,
-                        protocol,
-                        options,
-                        clients=args.clients,
-                        ratios=args.split,
-                        root=args.root,
-                        rounds=args.rounds,
-                        local_epochs=args.local_epochs,
-                        weight_decay=args.weight_decay,
-                        optimizer_state=args.optimizer_state,
-                        eval_every=args.eval_every,
-                        device=args.device,
-                        injection=args.injection,
-                    )
+                    cfg = run_config(dataset, split, protocol, options, **settings)
                     res = run_seed(
                         cfg,
                         fg,
@@ -428,23 +425,7 @@ def main() -> None:
                         run["adafgl_blend_test_acc"] = res.final.overall["test_acc"]
                         run["blend_weight"] = res.report["adafgl_blend"]["weight"]
                     if not args.no_local and protocol == args.protocols[0]:
-                        local_cfg = run_config(
-                            dataset,
-                            split,
-                            protocol,
-                            None,
-                            clients=args.clients,
-                            ratios=args.split,
-                            root=args.root,
-                            rounds=args.rounds,
-                            local_epochs=args.local_epochs,
-                            weight_decay=args.weight_decay,
-                            optimizer_state=args.optimizer_state,
-                            eval_every=args.eval_every,
-                            device=args.device,
-                            algorithm="local",
-                            injection=args.injection,
-                        )
+                        local_cfg = run_config(dataset, split, protocol, None, algorithm="local", **settings)
                         local = run_seed(local_cfg, fg, seed, torch.device(args.device))
                         run["local_test_acc"] = local.final.overall["test_acc"]
                     if ref_sizes is not None:
