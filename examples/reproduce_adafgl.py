@@ -182,9 +182,16 @@ def print_table(cells: list[dict[str, Any]]) -> None:
     for cell in cells:
         key = (cell["dataset"], cell["split"])
         paper = PAPER.get(key)
+        central = [100 * r["centralized_test_acc"] for r in cell["runs"] if "centralized_test_acc" in r]
+        if central:
+            cm, cs = mean_std(central)
+            print(
+                f"| {key[0]} | {key[1]} | centralised GCN (whole graph) | {cm:.1f}±{cs:.1f} | | | | | | {len(central)} |"
+            )
         by_proto: dict[str, list[dict[str, Any]]] = {}
         for run in cell["runs"]:
-            by_proto.setdefault(run["protocol"], []).append(run)
+            if "adafgl_test_acc" in run:
+                by_proto.setdefault(run["protocol"], []).append(run)
         for protocol, runs in sorted(by_proto.items(), reverse=True):
             m, s = mean_std([100 * r["adafgl_test_acc"] for r in runs])
             fm, fs = mean_std([100 * r["fedavg_test_acc_last"] for r in runs])
@@ -223,6 +230,33 @@ def print_table(cells: list[dict[str, Any]]) -> None:
                 f"| {key[0]} | {key[1]} | secagg - plaintext (same seeds) | {gap:.2f} points | | "
                 f"{'yes' if gap <= 0.2 else 'NO'} (<= 0.2) | | {len(common)} |"
             )
+
+
+def baselines(
+    args: argparse.Namespace,
+    dataset: str,
+    split: str,
+    protocol: str,
+    fg: Any,
+    seed: int,
+    settings: dict[str, Any],
+) -> dict[str, float]:
+    """The seed's Local and centralised GCN test accuracies (each on the engine's best-validation round)."""
+    out = {}
+    for algorithm, wanted in (("local", not args.no_local), ("centralized", args.centralized)):
+        if wanted:
+            cfg = run_config(dataset, split, protocol, None, algorithm=algorithm, **settings)
+            out[f"{algorithm}_test_acc"] = run_seed(cfg, fg, seed, torch.device(args.device)).final.overall[
+                "test_acc"
+            ]
+    return out
+
+
+def baseline_text(run: dict[str, Any]) -> str:
+    local, central = run.get("local_test_acc"), run.get("centralized_test_acc")
+    return ("" if local is None else f"Local {100 * local:.1f}  ") + (
+        "" if central is None else f"centralised GCN {100 * central:.1f}  "
+    )
 
 
 def main() -> None:
@@ -284,6 +318,19 @@ def main() -> None:
         "--no-local",
         action="store_true",
         help="skip the Local column (each client trains the same GCN alone, once per seed)",
+    )
+    ap.add_argument(
+        "--centralized",
+        action="store_true",
+        help="add a centralised GCN column: the same GCN trained on the whole graph (every edge, the cross-client "
+        "ones included) with the same nodes, split, rounds and epochs, once per seed; the non-private reference "
+        "a federation that loses the cross-client edges is not expected to beat",
+    )
+    ap.add_argument(
+        "--baselines-only",
+        action="store_true",
+        help="run only the Local and centralised columns (no AdaFGL); `reproductions_report.py collect` files "
+        "them into the saved runs of the same seeds",
     )
     ap.add_argument("--root", default=None, help="data root (default: $SECUREFGL_DATA)")
     ap.add_argument("--device", default="cpu")
@@ -395,6 +442,12 @@ def main() -> None:
             }
             for protocol in args.protocols:
                 for seed in args.seeds:
+                    if args.baselines_only:
+                        run = {"protocol": protocol, "seed": seed, "baselines_only": True}
+                        run.update(baselines(args, dataset, split, protocol, fg, seed, settings))
+                        cell["runs"].append(run)
+                        print(f"  {protocol:>9} seed {seed}: " + baseline_text(run), flush=True)
+                        continue
                     cfg = run_config(dataset, split, protocol, options, **settings)
                     res = run_seed(
                         cfg,
@@ -424,10 +477,8 @@ def main() -> None:
                     if "adafgl_blend" in res.report:
                         run["adafgl_blend_test_acc"] = res.final.overall["test_acc"]
                         run["blend_weight"] = res.report["adafgl_blend"]["weight"]
-                    if not args.no_local and protocol == args.protocols[0]:
-                        local_cfg = run_config(dataset, split, protocol, None, algorithm="local", **settings)
-                        local = run_seed(local_cfg, fg, seed, torch.device(args.device))
-                        run["local_test_acc"] = local.final.overall["test_acc"]
+                    if protocol == args.protocols[0]:
+                        run.update(baselines(args, dataset, split, protocol, fg, seed, settings))
                     if ref_sizes is not None:
                         accs = np.array(
                             [c.row()["test_acc"] for c in paper_eval.per_client], dtype=np.float64
@@ -440,7 +491,6 @@ def main() -> None:
                         )
                     refw = run.get("reference_weighted_test_acc")
                     blend = run.get("adafgl_blend_test_acc")
-                    local_acc = run.get("local_test_acc")
                     print(
                         f"  {protocol:>9} seed {seed}: AdaFGL {100 * run['adafgl_test_acc']:.1f}  "
                         + (
@@ -449,7 +499,7 @@ def main() -> None:
                             else f"blend {100 * blend:.1f} (weight {run['blend_weight']})  "
                         )
                         + f"FedAvg-GCN {100 * run['fedavg_test_acc_last']:.1f}  "
-                        + ("" if local_acc is None else f"Local {100 * local_acc:.1f}  ")
+                        + baseline_text(run)
                         + f"({res.seconds:.0f}s)"
                         + ("" if refw is None else f"  [reference-weighted AdaFGL {100 * refw:.1f}]"),
                         flush=True,

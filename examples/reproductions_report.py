@@ -201,15 +201,51 @@ def pm(values: Sequence[float], digits: int = 1) -> str:
 
 
 def read_adafgl(paths: Iterable[Path]) -> list[dict[str, Any]]:
-    """Merge reproduce_adafgl.py ``--out`` files: cells keyed by their settings, runs concatenated by seed."""
+    """Merge reproduce_adafgl.py ``--out`` files: cells keyed by their settings, runs concatenated by seed.
+
+    A record that ``collect`` wrote earlier (``reproductions/adafgl/<name>.json``) is read the same way, so
+    later seeds can be filed into it. Structure non-iid cells saved before the script had ``--injection`` ran
+    the text's injection, the only one it had then, and are keyed as such. Runs of ``--baselines-only`` add
+    their columns (Local, centralised GCN) to the run of the same cell, protocol and seed.
+    """
     cells: dict[str, dict[str, Any]] = {}
+    extra: list[tuple[str, Path, dict[str, Any]]] = []
     for path in paths:
         data = json.loads(Path(path).read_text())
+        default_device = data.get("args", {}).get("device", "cpu")
         for cell in data.get("cells") or ([data["partial"]] if "partial" in data else []):
-            meta = {k: v for k, v in cell.items() if k not in ("clients", "runs")}
-            key = json.dumps(meta, sort_keys=True)
-            merged = cells.setdefault(key, {**meta, "device": data["args"].get("device", "cpu"), "runs": []})
-            merged["runs"].extend(cell["runs"])
+            meta = {k: v for k, v in cell.items() if k not in ("clients", "runs", "device")}
+            if meta["split"] == "structure-noniid":
+                meta.setdefault("injection", "text")
+            device = cell.get("device", default_device)
+            key = json.dumps({**meta, "device": device}, sort_keys=True)
+            merged = cells.setdefault(key, {**meta, "device": device, "runs": []})
+            seen = {(r["protocol"], r["seed"]) for r in merged["runs"]}
+            runs = [r for r in cell["runs"] if not r.get("baselines_only")]
+            extra += [(key, Path(path), r) for r in cell["runs"] if r.get("baselines_only")]
+            dup = [r for r in runs if (r["protocol"], r["seed"]) in seen]
+            if dup:
+                raise SystemExit(
+                    f"collect: {path} repeats {cell['dataset']} {cell['split']} "
+                    f"{dup[0]['protocol']} seed {dup[0]['seed']}, already read from an earlier file"
+                )
+            merged["runs"].extend(runs)
+    for key, path, run in extra:
+        cell = cells[key]
+        target = next(
+            (r for r in cell["runs"] if (r["protocol"], r["seed"]) == (run["protocol"], run["seed"])), None
+        )
+        if target is None:
+            raise SystemExit(
+                f"collect: {path} has baselines for {cell['dataset']} {cell['split']} {run['protocol']} seed "
+                f"{run['seed']}, but no file read has that run"
+            )
+        for name in ("local_test_acc", "centralized_test_acc"):
+            if name in run and target.setdefault(name, run[name]) != run[name]:
+                raise SystemExit(
+                    f"collect: {path} gives {name} {run[name]} for {cell['dataset']} {cell['split']} seed "
+                    f"{run['seed']}, the saved run has {target[name]}"
+                )
     out = list(cells.values())
     for cell in out:
         cell["runs"].sort(key=lambda r: (r["protocol"], r["seed"]))
@@ -410,8 +446,9 @@ def adafgl_rows(records: Sequence[dict[str, Any]]) -> list[str]:
     """The AdaFGL table: one row per saved cell and protocol."""
     lines = [
         "| cell | partition | split | protocol | AdaFGL (ours) | reference weighting | AdaFGL + blend (weights) "
-        f"| FedAvg-GCN (ours) | Local (ours) | paper | within {TOLERANCE} | seeds | s / seed | result file |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        f"| FedAvg-GCN (ours) | Local (ours) | centralised GCN (ours) | paper | within {TOLERANCE} | seeds | s / seed "
+        "| result file |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for rec in records:
         for cell in rec["cells"]:
@@ -427,6 +464,7 @@ def adafgl_rows(records: Sequence[dict[str, Any]]) -> list[str]:
                 ]
                 fed = [100 * r["fedavg_test_acc_last"] for r in runs]
                 local = [100 * r["local_test_acc"] for r in runs if "local_test_acc" in r]
+                central = [100 * r["centralized_test_acc"] for r in runs if "centralized_test_acc" in r]
                 blended = [r for r in runs if "adafgl_blend_test_acc" in r]
                 blend = pm([100 * r["adafgl_blend_test_acc"] for r in blended])
                 if blended:
@@ -448,7 +486,7 @@ def adafgl_rows(records: Sequence[dict[str, Any]]) -> list[str]:
                 lines.append(
                     f"| {cell['dataset']} {cell['split']}{features} | {rec.get('partition') or cell['partition']} "
                     f"| {split} | {protocol} ({cell.get('device', 'cpu')}) | {pm(acc)} | {pm(refw) if refw else '-'} "
-                    f"| {blend} | {pm(fed)} | {pm(local)} | {'-' if paper is None else f'{paper[0]:.1f} ± {paper[1]:.1f}'} | {within} "
+                    f"| {blend} | {pm(fed)} | {pm(local)} | {pm(central)} | {'-' if paper is None else f'{paper[0]:.1f} ± {paper[1]:.1f}'} | {within} "
                     f"| {len(runs)} ({min(r['seed'] for r in runs)}-{max(r['seed'] for r in runs)}) "
                     f"| {statistics.fmean(r['seconds'] for r in runs):.0f} | `{rec['_file']}` |"
                 )
@@ -459,7 +497,7 @@ def adafgl_rows(records: Sequence[dict[str, Any]]) -> list[str]:
                 gap = max(abs(sec[s] - pla[s]) for s in common) * 100
                 lines.append(
                     f"| {cell['dataset']} {cell['split']} | | | secagg vs plaintext, seeds "
-                    f"{','.join(map(str, common))} | largest per-seed gap {gap:.2f} points | | | | "
+                    f"{','.join(map(str, common))} | largest per-seed gap {gap:.2f} points | | | | | "
                     f"| | {'identical' if gap == 0 else 'differ'} | | | |"
                 )
     return lines

@@ -193,6 +193,19 @@ def test_other_algorithms_deployed_are_bit_identical(cora_root, tmp_path, algori
     assert got.final is not None and got.final.overall == ref.final.overall
 
 
+def test_deployed_adafgl_blend_is_bit_identical(cora_root, tmp_path) -> None:
+    """AdaFGL's blend phase (its last secure sum picks the extractor's weight) deployed gives the simulation's run."""
+    raw = to_dict(_config(cora_root))
+    raw["algorithm"] = {"name": "adafgl", "options": {"blend": "select", "epochs": 5, "dropout": 0.0}}
+    config = RunConfig.from_mapping(raw)
+    ref = securefgl.run(config).seeds[0]
+    got = DeployedRun(config, 0, LoopbackTransport(_halves(config, tmp_path))).execute()
+    assert [r.phase for r in got.rounds] == [r.phase for r in ref.rounds] and got.rounds[-1].phase == "blend"
+    assert [r.metrics for r in got.rounds] == [r.metrics for r in ref.rounds]
+    assert got.report["adafgl_blend"] == ref.report["adafgl_blend"]
+    assert got.final is not None and got.final.overall == ref.final.overall
+
+
 class _CountingTransport(LoopbackTransport):
     """Counts the exchanges (one Flower message per client each) and the step kinds of each."""
 

@@ -107,7 +107,7 @@ def test_collect_and_render(report, tmp_path: Path) -> None:
     )
     page = report.render(res)
     # 64.5 ± 0.7 (seeds 0-1): within 2.5 of 68.9 with the blend (67.0) and with the reference weighting only
-    row = "| 64.5 ± 0.7 | 69.0 ± 0.0 | 67.0 ± 0.0 (0.5/0.5) | 50.0 ± 0.0 | 60.0 ± 0.0 | 68.9 ± 2.1 "
+    row = "| 64.5 ± 0.7 | 69.0 ± 0.0 | 67.0 ± 0.0 (0.5/0.5) | 50.0 ± 0.0 | 60.0 ± 0.0 | - | 68.9 ± 2.1 "
     assert row + "| no / blend yes / yes | 2 (0-1) | 100 |" in page
     assert "largest per-seed gap 0.00 points" in page and "identical" in page
     assert "| Cora | fedstruct | secagg | 80.00 ± 0.00 | 80.28 ± 1.44 | yes | 3 |" in page
@@ -260,6 +260,68 @@ def test_collect_and_render_fedlog(report, tmp_path: Path) -> None:
     claim = _fedlog_out(tmp_path / "d.json", "secagg", [0], 75.0, experiment="claim")
     with pytest.raises(SystemExit, match="is not a reproduce_fedlog.py 'table' result"):
         report.main([*args, "--dir", str(res), str(claim)])
+
+
+def _collect_adafgl(report, res: Path, name: str, *files: Path) -> dict:
+    args = ["collect", "--paper", "adafgl", "--name", name, "--machine", "m", "--command", "c"]
+    report.main([*args, "--dir", str(res), *map(str, files)])
+    return json.loads((res / "adafgl" / f"{name}.json").read_text())
+
+
+def test_collect_extends_a_saved_record(report, tmp_path: Path) -> None:
+    """Later seeds are filed into a record collect wrote earlier; a seed read twice is refused."""
+    res = tmp_path / "reproductions"
+    first = _collect_adafgl(report, res, "cham", _adafgl_out(tmp_path / "a.json", "secagg", [0, 1], 0.6))
+    saved = tmp_path / "saved.json"
+    saved.write_text(json.dumps(first))
+    later = _adafgl_out(tmp_path / "b.json", "secagg", [2, 3], 0.6)
+    (cell,) = _collect_adafgl(report, res, "cham", saved, later)["cells"]
+    assert [r["seed"] for r in cell["runs"]] == [0, 1, 2, 3] and cell["device"] == "cpu"
+    with pytest.raises(SystemExit, match="repeats chameleon louvain secagg seed 0"):
+        _collect_adafgl(report, res, "again", saved, tmp_path / "a.json")
+
+
+def test_collect_files_baseline_only_runs_into_the_saved_runs(report, tmp_path: Path) -> None:
+    """--baselines-only runs add the centralised column to the runs of their seeds, in any file order."""
+    saved = _adafgl_out(tmp_path / "a.json", "secagg", [0, 1], 0.6)
+    extra = json.loads(_adafgl_out(tmp_path / "b.json", "secagg", [1], 0.6).read_text())
+    extra["cells"][0]["runs"] = [
+        {
+            "protocol": "secagg",
+            "seed": 1,
+            "baselines_only": True,
+            "centralized_test_acc": 0.7,
+            "local_test_acc": 0.6,
+        }
+    ]
+    (tmp_path / "b.json").write_text(json.dumps(extra))
+    res = tmp_path / "reproductions"
+    (cell,) = _collect_adafgl(report, res, "cham", tmp_path / "b.json", saved)["cells"]
+    assert [r.get("centralized_test_acc") for r in cell["runs"]] == [None, 0.7]
+    assert "| 60.0 ± 0.0 | 70.0 ± 0.0 | 68.9 ± 2.1 |" in report.render(res)
+    extra["cells"][0]["runs"][0]["local_test_acc"] = 0.5  # differs from the saved run's Local
+    (tmp_path / "b.json").write_text(json.dumps(extra))
+    with pytest.raises(SystemExit, match="gives local_test_acc 0.5"):
+        _collect_adafgl(report, res, "x", saved, tmp_path / "b.json")
+    extra["cells"][0]["runs"][0]["seed"] = 7
+    (tmp_path / "b.json").write_text(json.dumps(extra))
+    with pytest.raises(SystemExit, match="no file read has that run"):
+        _collect_adafgl(report, res, "x", saved, tmp_path / "b.json")
+
+
+def test_collect_keys_old_structure_noniid_cells_as_the_texts_injection(report, tmp_path: Path) -> None:
+    """A structure non-iid cell saved before --injection existed merges with a new cell of the text's."""
+    old, new = (
+        json.loads(_adafgl_out(tmp_path / f"{n}.json", "secagg", seeds, 0.6).read_text())
+        for n, seeds in (("old", [0]), ("new", [1]))
+    )
+    old["cells"][0]["split"] = "structure-noniid"
+    new["cells"][0].update(split="structure-noniid", injection="text")
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    (tmp_path / "new.json").write_text(json.dumps(new))
+    rec = _collect_adafgl(report, tmp_path / "r", "sn", tmp_path / "old.json", tmp_path / "new.json")
+    (cell,) = rec["cells"]
+    assert cell["injection"] == "text" and [r["seed"] for r in cell["runs"]] == [0, 1]
 
 
 def test_collect_refuses_missing_files(report, tmp_path: Path) -> None:
