@@ -213,7 +213,8 @@ def read_adafgl(paths: Iterable[Path]) -> list[dict[str, Any]]:
     for path in paths:
         data = json.loads(Path(path).read_text())
         default_device = data.get("args", {}).get("device", "cpu")
-        for cell in data.get("cells") or ([data["partial"]] if "partial" in data else []):
+        # a run cut short: its finished cells, and the runs done of the cell it was in (``partial``)
+        for cell in [*data.get("cells", []), *([data["partial"]] if "partial" in data else [])]:
             meta = {k: v for k, v in cell.items() if k not in ("clients", "runs", "device")}
             if meta["split"] == "structure-noniid":
                 meta.setdefault("injection", "text")

@@ -309,6 +309,16 @@ def test_collect_files_baseline_only_runs_into_the_saved_runs(report, tmp_path: 
         _collect_adafgl(report, res, "x", saved, tmp_path / "b.json")
 
 
+def test_collect_reads_the_cells_of_a_run_cut_short(report, tmp_path: Path) -> None:
+    """A run stopped in its second cell: the finished cell and the runs done of the second are both filed."""
+    data = json.loads(_adafgl_out(tmp_path / "a.json", "secagg", [0, 1], 0.6).read_text())
+    partial = {**data["cells"][0], "split": "structure-noniid", "injection": "text"}
+    partial["runs"] = partial["runs"][:1]
+    (tmp_path / "a.json").write_text(json.dumps({**data, "partial": partial}))
+    rec = _collect_adafgl(report, tmp_path / "r", "cut", tmp_path / "a.json")
+    assert [(c["split"], len(c["runs"])) for c in rec["cells"]] == [("louvain", 2), ("structure-noniid", 1)]
+
+
 def test_collect_keys_old_structure_noniid_cells_as_the_texts_injection(report, tmp_path: Path) -> None:
     """A structure non-iid cell saved before --injection existed merges with a new cell of the text's."""
     old, new = (
