@@ -319,6 +319,37 @@ def test_collect_reads_the_cells_of_a_run_cut_short(report, tmp_path: Path) -> N
     assert [(c["split"], len(c["runs"])) for c in rec["cells"]] == [("louvain", 2), ("structure-noniid", 1)]
 
 
+def test_the_heterophilous_table_pairs_runs_by_seed(report) -> None:
+    """Issue 27's table: paired differences with a t interval, and the 4-point bar on the blend."""
+    runs = [
+        {
+            "protocol": "secagg",
+            "seed": s,
+            "adafgl_test_acc": 0.40,
+            "adafgl_blend_test_acc": b,
+            "blend_weight": 0.5,
+            "fedavg_test_acc_last": f,
+            "local_test_acc": 0.44,
+            "centralized_test_acc": 0.50,
+        }
+        for s, b, f in ((0, 0.45, 0.44), (1, 0.47, 0.45))
+    ]
+    cell = {
+        "dataset": "squirrel",
+        "split": "louvain",
+        "ratios": [0.6, 0.2, 0.2],
+        "partition": "ours",
+        "runs": runs,
+    }
+    rows = report.adafgl_baseline_rows([{"cells": [cell]}])
+    # differences +1 and +2: mean 1.5, std 0.71, t(0.975, 1) = 12.71 -> half-width 6.35
+    assert rows[-1] == (
+        "| squirrel louvain | 60/20/20 | - | 2 | +1.5 [-4.9, +7.9] | -4.5 [-10.9, +1.9] | +2.0 [-10.7, +14.7] "
+        "| -10.1 | no | -6.1 (2 seeds) |"
+    )
+    assert report.adafgl_baseline_rows([{"cells": [{**cell, "dataset": "cora"}]}]) == []
+
+
 def test_collect_keys_old_structure_noniid_cells_as_the_texts_injection(report, tmp_path: Path) -> None:
     """A structure non-iid cell saved before --injection existed merges with a new cell of the text's."""
     old, new = (
