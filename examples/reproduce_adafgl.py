@@ -422,6 +422,7 @@ def main() -> None:
                 "split": split,
                 "ratios": list(args.split or SPLITS[dataset]),
                 "partition": "ours" if args.partition_dir is None else f"file {ref.name}",
+                "num_clients": fg.num_clients,
                 "exact_replay": exact,
                 "row_normalize": bool(args.row_normalize),
                 **({"injection": args.injection} if split == "structure-noniid" else {}),

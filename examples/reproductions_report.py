@@ -208,7 +208,9 @@ def read_adafgl(paths: Iterable[Path]) -> list[dict[str, Any]]:
     A record that ``collect`` wrote earlier (``reproductions/adafgl/<name>.json``) is read the same way, so
     later seeds can be filed into it. Structure non-iid cells saved before the script had ``--injection`` ran
     the text's injection, the only one it had then, and are keyed as such. Runs of ``--baselines-only`` add
-    their columns (Local, centralised GCN) to the run of the same cell, protocol and seed.
+    their columns (Local, centralised GCN) to the run of the same cell, protocol and seed. A cell without
+    ``num_clients`` has as many clients as its per-client table has rows; a saved record older than the key
+    ran 10, as every AdaFGL cell did then.
     """
     cells: dict[str, dict[str, Any]] = {}
     extra: list[tuple[str, Path, dict[str, Any]]] = []
@@ -220,6 +222,7 @@ def read_adafgl(paths: Iterable[Path]) -> list[dict[str, Any]]:
             meta = {k: v for k, v in cell.items() if k not in ("clients", "runs", "device")}
             if meta["split"] == "structure-noniid":
                 meta.setdefault("injection", "text")
+            meta.setdefault("num_clients", len(cell.get("clients") or []) or 10)
             device = cell.get("device", default_device)
             key = json.dumps({**meta, "device": device}, sort_keys=True)
             merged = cells.setdefault(key, {**meta, "device": device, "runs": []})
@@ -484,6 +487,8 @@ def adafgl_rows(records: Sequence[dict[str, Any]]) -> list[str]:
                         within += " / " + ("yes" if abs(mean_std(refw)[0] - paper[0]) <= TOLERANCE else "no")
                 split = rec.get("split_label") or "/".join(f"{round(100 * x)}" for x in cell["ratios"])
                 features = ", row-normalised features" if cell.get("row_normalize") else ""
+                if cell.get("num_clients", 10) != 10:
+                    features += f", {cell['num_clients']} client{'s' if cell['num_clients'] > 1 else ''}"
                 if cell.get("injection") == "code":
                     features += ", the code's injection"
                 lines.append(
@@ -545,7 +550,7 @@ def adafgl_baseline_rows(records: Sequence[dict[str, Any]]) -> list[str]:
                 or paper is None
             ):
                 continue
-            if cell.get("row_normalize"):
+            if cell.get("row_normalize") or cell.get("num_clients", 10) != 10:
                 continue
             blend = [100 * r["adafgl_blend_test_acc"] for r in runs]
             eq17 = [100 * r["adafgl_test_acc"] for r in runs]

@@ -350,6 +350,25 @@ def test_the_heterophilous_table_pairs_runs_by_seed(report) -> None:
     assert report.adafgl_baseline_rows([{"cells": [{**cell, "dataset": "cora"}]}]) == []
 
 
+def test_a_one_client_cell_is_labelled_and_kept_out_of_the_federated_comparison(
+    report, tmp_path: Path
+) -> None:
+    """The whole graph as one client (AdaFGL without federation): its own row, not issue 27's paired table."""
+    data = json.loads(_adafgl_out(tmp_path / "a.json", "plaintext", [0], 0.6).read_text())
+    data["cells"][0].update(dataset="squirrel", partition="ours", clients=[{"client": 0}])
+    (tmp_path / "a.json").write_text(json.dumps(data))
+    res = tmp_path / "reproductions"
+    (cell,) = _collect_adafgl(report, res, "one", tmp_path / "a.json")["cells"]
+    assert cell["num_clients"] == 1
+    assert "| squirrel louvain, 1 client | ours |" in report.render(res)
+    assert (
+        report.adafgl_baseline_rows(
+            [{"cells": [{**cell, "runs": [{**cell["runs"][0], "protocol": "secagg"}]}]}]
+        )
+        == []
+    )
+
+
 def test_collect_keys_old_structure_noniid_cells_as_the_texts_injection(report, tmp_path: Path) -> None:
     """A structure non-iid cell saved before --injection existed merges with a new cell of the text's."""
     old, new = (
