@@ -17,6 +17,18 @@ One cell, quickly::
 
     python examples/reproduce_adafgl.py --datasets cora --splits louvain --seeds 0 --protocols secagg
 
+A centralised GCN column (the same GCN on the whole graph, cross-client edges included, same nodes and split)
+beside saved runs, without re-running AdaFGL (``reproductions_report.py collect`` files it into their runs)::
+
+    python examples/reproduce_adafgl.py --datasets squirrel --splits louvain --seeds 0 1 2 --protocols secagg \
+        --baselines-only --centralized --no-local --out central.json
+
+AdaFGL without federation (the whole graph as one client; plaintext, since a secure sum of one input is
+refused)::
+
+    python examples/reproduce_adafgl.py --datasets squirrel --splits louvain --clients 1 --protocols plaintext \
+        --no-local --centralized
+
 The same run from the command line (one cell, one protocol)::
 
     securefgl run --algorithm adafgl --protocol secagg --dataset cora --partition louvain --clients 10 \\
@@ -48,16 +60,20 @@ on any split, with or without the duplicate weighting (the approximate replay ab
 equals secagg to the bit (seeds 0-2). Structure non-iid, 60/20/20, same host: 74.1 ± 1.1 (earlier CPU figure above:
 74.94 ± 0.83), FedAvg-GCN 72.3 ± 1.1. ``REPRODUCTIONS.md`` has the tables (``examples/reproductions_report.py``).
 
-Issue 27, the heterophilous columns (our draws, 60/20/20, secagg, CPU; AdaFGL eq. 17 / AdaFGL + blend / FedAvg-GCN /
-Local): Squirrel Louvain 41.1 / 43.7 / 42.8 / 43.1 (seeds 0-9; paper 56.1), structure non-iid 68.0 / 68.0 / 64.4 /
-68.6 (seeds 0-4; 60.4); Actor Louvain 32.1 / 32.5 / 29.3 / 27.6 (seeds 0-9; 35.9), structure non-iid 46.1 / 48.1 /
-47.9 / 47.5 (seeds 0-4; 42.7); Chameleon Louvain 62.2 / 62.8 / 62.8 / 61.5 (seeds 0-9; 68.9), structure non-iid
-75.1 / 75.1 / 72.6 / 74.3 (seeds 0-4; 70.8). The blend (``--blend select``, the default here; option ``blend``)
-picks one weight of the extractor in every client's prediction from a secure sum of validation counts; the
-paper's prediction stays in the ``personalize`` evaluation. ``--injection code`` (the official code's edge
-injection) gives 53.2 / 31.5 / 65.5 (blend) on the three structure non-iid cells; ``--split 0.2 0.4 0.4`` gives
-Squirrel structure non-iid 62.2 (blend) and Louvain 38.0 (seeds 0-2). Plaintext equals secagg to the bit (seed 0,
-three cells). ``REPRODUCTIONS.md`` has the tables.
+Issue 27, the heterophilous columns (our draws, secagg, CPU; AdaFGL eq. 17 / AdaFGL + blend / FedAvg-GCN / Local,
+paper in brackets). Table I's 60/20/20, seeds 0-9: Squirrel Louvain 41.1 / 43.7 / 42.8 / 43.1 (56.1), structure
+non-iid 68.2 / 68.2 / 64.4 / 68.4 (60.4); Actor Louvain 32.1 / 32.5 / 29.3 / 27.6 (35.9), structure non-iid 46.1 /
+48.0 / 48.0 / 47.4 (42.7); Chameleon Louvain 62.2 / 62.8 / 62.8 / 61.5 (68.9), structure non-iid 74.9 / 74.9 / 72.4
+/ 74.4 (70.8). The code's 20/40/40 (Louvain, then structure non-iid; Chameleon seeds 0-9, Squirrel 0-7 and 0-6,
+Actor 0-5): Squirrel 35.9 / 37.9 / 37.6 / 37.0 and 62.5 / 62.1 / 58.0 / 62.8; Actor 27.7 / 29.5 / 26.1 / 25.6 and
+40.6 / 43.0 / 43.7 / 42.1; Chameleon 52.5 / 53.6 / 53.7 / 52.3 and 68.8 / 68.7 / 67.9 / 70.3. The blend (``--blend
+select``, the default here; option ``blend``) picks one weight of the extractor in every client's prediction from
+a secure sum of validation counts; the paper's prediction stays in the ``personalize`` evaluation. A centralised
+GCN on the whole graph (``--centralized``; 60/20/20, seeds 0-9): Squirrel 53.5, Actor 30.3, Chameleon 69.8. AdaFGL
+on the whole graph as one client (``--clients 1``, plaintext, seeds 0-2): Squirrel 49.1 (blend 51.0), Chameleon
+65.1 (blend 68.6). ``--injection code`` (the official code's edge injection) gives 53.2 / 31.5 / 65.5 (blend) on the
+three structure non-iid cells. Plaintext equals secagg to the bit (seed 0, three cells). ``REPRODUCTIONS.md`` has
+the tables and the paired comparison with FedAvg-GCN.
 
 Progress (rounds done, time left in the run and the script) goes to stderr through the engine's hooks
 (:class:`securefgl.experiments.progress.Progress`).
