@@ -374,6 +374,10 @@ def main() -> None:
         help="do not run: print the table of earlier --out files together",
     )
     args = ap.parse_args()
+    if args.baselines_only and args.no_local and not args.centralized:
+        ap.error(
+            "--baselines-only with --no-local and without --centralized runs nothing; drop --no-local or add --centralized"
+        )
     if args.merge:
         cells: dict[tuple[str, str], dict[str, Any]] = {}
         for path in args.merge:
