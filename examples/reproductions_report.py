@@ -615,6 +615,7 @@ def opfgl_rows(records: Sequence[dict[str, Any]]) -> list[str]:
         f"{TOLERANCE} | target F1 | secagg F1 | plaintext F1 | seeds | s / run | result file |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    footer: list[str] = []  # run-time lines go under the table, not between its rows
     for rec in records:
         groups: dict[tuple[str, str, str], dict[str, dict[str, Any]]] = {}
         for cell in rec["cells"]:
@@ -663,8 +664,8 @@ def opfgl_rows(records: Sequence[dict[str, Any]]) -> list[str]:
                 f"{_pop(vals(pla, 'test_f1'))} | {_seeds(sec, pla)} | "
                 f"{statistics.fmean(r['seconds'] for r in runs):.0f} | `{rec['_file']}` |"
             )
-        lines += _run_time(rec)
-    return lines
+        footer += _run_time(rec)
+    return lines + footer
 
 
 def fedlog_rows(records: Sequence[dict[str, Any]]) -> list[str]:
@@ -677,6 +678,7 @@ def fedlog_rows(records: Sequence[dict[str, Any]]) -> list[str]:
         f"within {TOLERANCE} | seeds | s / run | result file |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    footer: list[str] = []  # run-time lines go under the table, not between its rows
     for rec in records:
         groups: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
         for cell in rec["cells"]:
@@ -707,8 +709,8 @@ def fedlog_rows(records: Sequence[dict[str, Any]]) -> list[str]:
                 f"{diff} | {within} | {_seeds(sec, pla)} | "
                 f"{statistics.fmean(r['seconds'] for r in runs):.0f} | `{rec['_file']}` |"
             )
-        lines += _run_time(rec)
-    return lines
+        footer += _run_time(rec)
+    return lines + footer
 
 
 def _run_time(rec: dict[str, Any]) -> list[str]:
@@ -748,6 +750,7 @@ def fedspray_rows(records: Sequence[dict[str, Any]]) -> list[str]:
         f"{TOLERANCE} | target F1 | secagg F1 | secagg acc ({alt}) | seeds | s / run | result file |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    footer: list[str] = []  # run-time lines go under the table, not between its rows
     for rec in records:
         groups: dict[tuple[Any, ...], dict[str, list[dict[str, Any]]]] = {}
         for cell in rec["cells"]:
@@ -797,8 +800,8 @@ def fedspray_rows(records: Sequence[dict[str, Any]]) -> list[str]:
                 f"{_pop(vals(sec, 'test_acc', alt))} | {_seeds(sec, pla)} | "
                 f"{statistics.fmean(r['seconds'] for r in runs):.0f} | `{rec['_file']}` |"
             )
-        lines += _run_time(rec)
-    return lines
+        footer += _run_time(rec)
+    return lines + footer
 
 
 def docstring_block(paper: str) -> list[str]:

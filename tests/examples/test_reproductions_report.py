@@ -407,3 +407,16 @@ def test_collect_refuses_missing_files(report, tmp_path: Path) -> None:
 def test_the_page_is_up_to_date(report) -> None:
     """REPRODUCTIONS.md is exactly what `render` makes of reproductions/ (regenerate it after a change)."""
     assert (ROOT / "REPRODUCTIONS.md").read_text() == report.render(ROOT / "reproductions")
+
+
+def test_every_table_on_the_page_is_one_block(report) -> None:
+    """No line breaks a table: every run of `|` lines starts with a header and its separator row.
+
+    A run-time line between two result files' rows once split the O-pFGL table, leaving the second file's
+    rows as a headerless table that markdown renders as text.
+    """
+    lines = report.render(ROOT / "reproductions").splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("|") and not lines[i - 1].startswith("|")]
+    assert starts
+    for i in starts:
+        assert lines[i + 1].startswith("|---"), f"table without a header at line {i + 1}: {lines[i][:80]}"
