@@ -395,6 +395,8 @@ def main() -> None:
         key, _, value = item.partition("=")
         options[key] = json.loads(value)
     options.setdefault("blend", args.blend)
+    # the options that change AdaFGL's figures, saved with each cell so that variants are not merged
+    cell_options = {k: v for k, v in options.items() if k != "blend"}
 
     report: dict[str, Any] = {
         "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
@@ -445,6 +447,7 @@ def main() -> None:
                 "exact_replay": exact,
                 "row_normalize": bool(args.row_normalize),
                 **({"injection": args.injection} if split == "structure-noniid" else {}),
+                **({"options": cell_options} if cell_options else {}),
                 "clients": rows,
                 "runs": [],
             }

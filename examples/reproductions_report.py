@@ -178,8 +178,8 @@ NOTES: dict[str, list[str]] = {
     "fedlog": [
         "The generalisation claim is measured not to hold (Cora and CiteSeer, K = 3, 5, 10; the table is in the "
         "docstring quoted below); its runs (10-45 min per seed on one CPU core, three methods, three client "
-        "counts) were not re-run into saved results for this page. The table's CiteSeer cells have one saved "
-        "seed each at most: a CiteSeer run takes 25-45 min on one core.",
+        "counts) were not re-run into saved results for this page. The table's CiteSeer cells have two saved "
+        "seeds (0, 1): a CiteSeer run takes 36-81 min on one shared core.",
     ],
 }
 
@@ -206,6 +206,17 @@ def pm(values: Sequence[float], digits: int = 1) -> str:
 # ----------------------------------------------------------------------------------------------------------
 
 
+def _adafgl_options(items: Sequence[str]) -> dict[str, Any]:
+    """The AdaFGL options of a run's ``--option KEY=VALUE`` list, less ``blend`` (it adds a column and changes
+    no other figure): a cell written before the script saved its ``options`` gets them from here."""
+    out = {}
+    for item in items:
+        key, _, value = item.partition("=")
+        out[key] = json.loads(value)
+    out.pop("blend", None)
+    return out
+
+
 def read_adafgl(paths: Iterable[Path]) -> list[dict[str, Any]]:
     """Merge reproduce_adafgl.py ``--out`` files: cells keyed by their settings, runs concatenated by seed.
 
@@ -214,19 +225,23 @@ def read_adafgl(paths: Iterable[Path]) -> list[dict[str, Any]]:
     the text's injection, the only one it had then, and are keyed as such. Runs of ``--baselines-only`` add
     their columns (Local, centralised GCN) to the run of the same cell, protocol and seed. A cell without
     ``num_clients`` has as many clients as its per-client table has rows; a saved record older than the key
-    ran 10, as every AdaFGL cell did then.
+    ran 10, as every AdaFGL cell did then. Cells run with AdaFGL options (``--option``, e.g.
+    ``extractor="last"``) carry them as ``options`` and are kept apart from the defaults' cells.
     """
     cells: dict[str, dict[str, Any]] = {}
     extra: list[tuple[str, Path, dict[str, Any]]] = []
     for path in paths:
         data = json.loads(Path(path).read_text())
         default_device = data.get("args", {}).get("device", "cpu")
+        default_options = _adafgl_options(data.get("args", {}).get("option") or [])
         # a run cut short: its finished cells, and the runs done of the cell it was in (``partial``)
         for cell in [*data.get("cells", []), *([data["partial"]] if "partial" in data else [])]:
             meta = {k: v for k, v in cell.items() if k not in ("clients", "runs", "device")}
             if meta["split"] == "structure-noniid":
                 meta.setdefault("injection", "text")
             meta.setdefault("num_clients", len(cell.get("clients") or []) or 10)
+            if "options" not in meta and default_options:
+                meta["options"] = default_options
             device = cell.get("device", default_device)
             key = json.dumps({**meta, "device": device}, sort_keys=True)
             merged = cells.setdefault(key, {**meta, "device": device, "runs": []})
@@ -495,6 +510,7 @@ def adafgl_rows(records: Sequence[dict[str, Any]]) -> list[str]:
                     features += f", {cell['num_clients']} client{'s' if cell['num_clients'] > 1 else ''}"
                 if cell.get("injection") == "code":
                     features += ", the code's injection"
+                features += _options_label(cell)
                 lines.append(
                     f"| {cell['dataset']} {cell['split']}{features} | {rec.get('partition') or cell['partition']} "
                     f"| {split} | {protocol} ({cell.get('device', 'cpu')}) | {pm(acc)} | {pm(refw) if refw else '-'} "
@@ -515,6 +531,17 @@ def adafgl_rows(records: Sequence[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _options_label(cell: dict[str, Any]) -> str:
+    """``", extractor=last"`` for a cell run with AdaFGL options; empty for the defaults."""
+    return "".join(f", {k}={v}" for k, v in sorted((cell.get("options") or {}).items()))
+
+
+def _baseline_key(cell: dict[str, Any], seed: int) -> str:
+    """A cell's Local run of one seed: it depends on the data, partition and split, not on AdaFGL's options."""
+    keep = ("dataset", "split", "ratios", "partition", "injection", "num_clients", "row_normalize", "device")
+    return json.dumps([{k: cell.get(k) for k in keep}, seed], sort_keys=True)
+
+
 #: Issue 27's datasets, and its bar on their cells (points from the paper).
 HETEROPHILOUS = ("squirrel", "actor", "chameleon")
 HETEROPHILOUS_TOLERANCE = 4.0
@@ -533,15 +560,25 @@ def paired(a: Sequence[float], b: Sequence[float]) -> str:
 def adafgl_baseline_rows(records: Sequence[dict[str, Any]]) -> list[str]:
     """Issue 27's questions per heterophilous cell: does AdaFGL match FedAvg-GCN, and is it within 4 points?
 
-    Paired by seed (same partition, same FedAvg-GCN run): secagg runs of our draws with the blend.
+    Paired by seed (same partition, same FedAvg-GCN run): secagg runs of our draws with the blend. A cell run
+    with AdaFGL options (e.g. ``extractor="last"``, saved without the Local column) is paired with the Local
+    run of the same cell and seed in another record: Local trains without AdaFGL.
     """
+    local_of = {
+        _baseline_key(cell, r["seed"]): r["local_test_acc"]
+        for rec in records
+        for cell in rec["cells"]
+        for r in cell["runs"]
+        if r["protocol"] == "secagg" and "local_test_acc" in r
+    }
     lines = [
         "AdaFGL against its own baselines on the heterophilous cells (issue 27; secagg, our draws, paired by seed: "
         "mean difference in points with its 95 % t interval):",
         "",
-        "| cell | split | injection | seeds | blend − FedAvg-GCN | eq. 17 − FedAvg-GCN | blend − Local "
-        f"| blend − paper | within {HETEROPHILOUS_TOLERANCE:g} (blend) | centralised GCN − paper |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| cell | split | injection | seeds | blend − FedAvg-GCN (last round) | blend − FedAvg-GCN (best-val round) "
+        f"| eq. 17 − FedAvg-GCN | blend − Local | blend − paper | within {HETEROPHILOUS_TOLERANCE:g} (blend) "
+        "| centralised GCN − paper |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for rec in records:
         for cell in rec["cells"]:
@@ -559,11 +596,13 @@ def adafgl_baseline_rows(records: Sequence[dict[str, Any]]) -> list[str]:
             blend = [100 * r["adafgl_blend_test_acc"] for r in runs]
             eq17 = [100 * r["adafgl_test_acc"] for r in runs]
             fed = [100 * r["fedavg_test_acc_last"] for r in runs]
-            with_local = [r for r in runs if "local_test_acc" in r]
+            fed_best = [100 * r["fedavg_test_acc_bestval"] for r in runs]
+            with_local = [(r, local_of.get(_baseline_key(cell, r["seed"]))) for r in runs]
+            with_local = [(r, acc) for r, acc in with_local if acc is not None]
             local = (
                 paired(
-                    [100 * r["adafgl_blend_test_acc"] for r in with_local],
-                    [100 * r["local_test_acc"] for r in with_local],
+                    [100 * r["adafgl_blend_test_acc"] for r, _ in with_local],
+                    [100 * acc for _, acc in with_local],
                 )
                 if with_local
                 else "-"
@@ -571,8 +610,10 @@ def adafgl_baseline_rows(records: Sequence[dict[str, Any]]) -> list[str]:
             central = [100 * r["centralized_test_acc"] for r in runs if "centralized_test_acc" in r]
             gap = mean_std(blend)[0] - paper[0]
             lines.append(
-                f"| {cell['dataset']} {cell['split']} | {'/'.join(f'{round(100 * x)}' for x in cell['ratios'])} "
-                f"| {cell.get('injection', '-')} | {len(runs)} | {paired(blend, fed)} | {paired(eq17, fed)} | {local} "
+                f"| {cell['dataset']} {cell['split']}{_options_label(cell)} "
+                f"| {'/'.join(f'{round(100 * x)}' for x in cell['ratios'])} "
+                f"| {cell.get('injection', '-')} | {len(runs)} | {paired(blend, fed)} | {paired(blend, fed_best)} "
+                f"| {paired(eq17, fed)} | {local} "
                 f"| {gap:+.1f} | {'yes' if abs(gap) <= HETEROPHILOUS_TOLERANCE else 'no'} "
                 f"| {f'{mean_std(central)[0] - paper[0]:+.1f} ({len(central)} seeds)' if central else '-'} |"
             )

@@ -28,6 +28,7 @@ def _adafgl_out(path: Path, protocol: str, seeds: list[int], acc: float) -> Path
             "seed": s,
             "adafgl_test_acc": acc + 0.01 * s,
             "fedavg_test_acc_last": 0.5,
+            "fedavg_test_acc_bestval": 0.5,
             "reference_weighted_test_acc": acc + 0.05,
             "adafgl_blend_test_acc": acc + 0.03,
             "blend_weight": 0.5,
@@ -329,6 +330,7 @@ def test_the_heterophilous_table_pairs_runs_by_seed(report) -> None:
             "adafgl_blend_test_acc": b,
             "blend_weight": 0.5,
             "fedavg_test_acc_last": f,
+            "fedavg_test_acc_bestval": f - 0.01,
             "local_test_acc": 0.44,
             "centralized_test_acc": 0.50,
         }
@@ -342,9 +344,11 @@ def test_the_heterophilous_table_pairs_runs_by_seed(report) -> None:
         "runs": runs,
     }
     rows = report.adafgl_baseline_rows([{"cells": [cell]}])
-    # differences +1 and +2: mean 1.5, std 0.71, t(0.975, 1) = 12.71 -> half-width 6.35
+    # differences +1 and +2: mean 1.5, std 0.71, t(0.975, 1) = 12.71 -> half-width 6.35; +2 and +3 against
+    # the best-validation round
     assert rows[-1] == (
-        "| squirrel louvain | 60/20/20 | - | 2 | +1.5 [-4.9, +7.9] | -4.5 [-10.9, +1.9] | +2.0 [-10.7, +14.7] "
+        "| squirrel louvain | 60/20/20 | - | 2 | +1.5 [-4.9, +7.9] | +2.5 [-3.9, +8.9] | -4.5 [-10.9, +1.9] "
+        "| +2.0 [-10.7, +14.7] "
         "| -10.1 | no | -6.1 (2 seeds) |"
     )
     assert report.adafgl_baseline_rows([{"cells": [{**cell, "dataset": "cora"}]}]) == []
@@ -420,3 +424,32 @@ def test_every_table_on_the_page_is_one_block(report) -> None:
     assert starts
     for i in starts:
         assert lines[i + 1].startswith("|---"), f"table without a header at line {i + 1}: {lines[i][:80]}"
+
+
+def test_runs_with_adafgl_options_are_kept_apart_and_paired_with_the_defaults_local_runs(
+    report, tmp_path: Path
+) -> None:
+    """A cell run with ``--option extractor="last"`` is its own cell (from its saved ``options``, or from the
+    ``args`` of a file written before cells saved them), labelled with the option; its blend − Local pairs with
+    the Local runs of the defaults' cell of the same seeds, since Local does not depend on AdaFGL's options."""
+    default = _adafgl_out(tmp_path / "a.json", "secagg", [0, 1], 0.6)
+    variant = json.loads(_adafgl_out(tmp_path / "b.json", "secagg", [0, 1], 0.6).read_text())
+    variant["args"]["option"] = ['extractor="last"', 'blend="select"']
+    for r in variant["cells"][0]["runs"]:
+        del r["local_test_acc"]
+        r["adafgl_blend_test_acc"] = 0.65
+    (tmp_path / "b.json").write_text(json.dumps(variant))
+    res = tmp_path / "reproductions"
+    cells = _collect_adafgl(report, res, "cham", default, tmp_path / "b.json")["cells"]
+    assert [c.get("options") for c in cells] == [None, {"extractor": "last"}]
+    saved = tmp_path / "saved.json"
+    saved.write_text(
+        json.dumps({**variant, "cells": [{**variant["cells"][0], "options": {"extractor": "x"}}]})
+    )
+    assert _collect_adafgl(report, res, "opt", saved)["cells"][0]["options"] == {"extractor": "x"}
+    records = [{"cells": [{**c, "partition": "ours"} for c in cells]}]
+    rows = report.adafgl_baseline_rows(records)
+    assert rows[-1].startswith("| chameleon louvain, extractor=last | 60/20/20 | - | 2 |")
+    assert "| +5.0 [+5.0, +5.0] | -3.9 | yes |" in rows[-1]  # blend − Local, then − paper
+    page = report.render(res)
+    assert "| chameleon louvain, extractor=last | file chameleon_louvain.npz |" in page
