@@ -475,6 +475,7 @@ def adafgl_rows(records: Sequence[dict[str, Any]]) -> list[str]:
         "| result file |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    local_of = _local_runs(records)
     for rec in records:
         for cell in rec["cells"]:
             key = (cell["dataset"], cell["split"])
@@ -488,7 +489,10 @@ def adafgl_rows(records: Sequence[dict[str, Any]]) -> list[str]:
                     100 * r["reference_weighted_test_acc"] for r in runs if "reference_weighted_test_acc" in r
                 ]
                 fed = [100 * r["fedavg_test_acc_last"] for r in runs]
-                local = [100 * r["local_test_acc"] for r in runs if "local_test_acc" in r]
+                local_acc = [
+                    r.get("local_test_acc", local_of.get(_baseline_key(cell, r["seed"]))) for r in runs
+                ]
+                local = [100 * x for x in local_acc if x is not None]
                 central = [100 * r["centralized_test_acc"] for r in runs if "centralized_test_acc" in r]
                 blended = [r for r in runs if "adafgl_blend_test_acc" in r]
                 blend = pm([100 * r["adafgl_blend_test_acc"] for r in blended])
@@ -542,6 +546,17 @@ def _baseline_key(cell: dict[str, Any], seed: int) -> str:
     return json.dumps([{k: cell.get(k) for k in keep}, seed], sort_keys=True)
 
 
+def _local_runs(records: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """Every saved Local test accuracy by :func:`_baseline_key`, for the cells that ran without the column."""
+    return {
+        _baseline_key(cell, r["seed"]): r["local_test_acc"]
+        for rec in records
+        for cell in rec["cells"]
+        for r in cell["runs"]
+        if "local_test_acc" in r
+    }
+
+
 #: Issue 27's datasets, and its bar on their cells (points from the paper).
 HETEROPHILOUS = ("squirrel", "actor", "chameleon")
 HETEROPHILOUS_TOLERANCE = 4.0
@@ -564,13 +579,7 @@ def adafgl_baseline_rows(records: Sequence[dict[str, Any]]) -> list[str]:
     with AdaFGL options (e.g. ``extractor="last"``, saved without the Local column) is paired with the Local
     run of the same cell and seed in another record: Local trains without AdaFGL.
     """
-    local_of = {
-        _baseline_key(cell, r["seed"]): r["local_test_acc"]
-        for rec in records
-        for cell in rec["cells"]
-        for r in cell["runs"]
-        if r["protocol"] == "secagg" and "local_test_acc" in r
-    }
+    local_of = _local_runs(records)
     lines = [
         "AdaFGL against its own baselines on the heterophilous cells (issue 27; secagg, our draws, paired by seed: "
         "mean difference in points with its 95 % t interval):",
