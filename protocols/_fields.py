@@ -41,35 +41,47 @@ _NONE_U32 = 2**32 - 1  # encodes "no recipient"
 
 
 class _Reader:
-    """Bounds-checked cursor over a received message."""
+    """Bounds-checked cursor over a received message.
 
-    __slots__ = ("buf", "pos")
+    Every read checks its length against the end of the buffer before touching it; the checks are inlined
+    (no property calls) because the server decodes one message per client per stage.
+    """
+
+    __slots__ = ("buf", "end", "pos")
 
     def __init__(self, buf: memoryview) -> None:
         self.buf = buf
         self.pos = 0
+        self.end = len(buf)
 
     @property
     def remaining(self) -> int:
-        return len(self.buf) - self.pos
+        return self.end - self.pos
+
+    def _truncated(self, n: int) -> MalformedMessageError:
+        return MalformedMessageError(
+            f"truncated message: need {n} bytes at offset {self.pos}, have {self.end - self.pos}"
+        )
 
     def take(self, n: int) -> memoryview:
-        if n < 0 or n > self.remaining:
-            raise MalformedMessageError(
-                f"truncated message: need {n} bytes at offset {self.pos}, have {self.remaining}"
-            )
-        out = self.buf[self.pos : self.pos + n]
-        self.pos += n
-        return out
+        pos = self.pos
+        if n < 0 or pos + n > self.end:
+            raise self._truncated(n)
+        self.pos = pos + n
+        return self.buf[pos : pos + n]
 
     def unpack(self, fmt: struct.Struct) -> tuple[Any, ...]:
-        return fmt.unpack(self.take(fmt.size))
+        pos = self.pos
+        if pos + fmt.size > self.end:
+            raise self._truncated(fmt.size)
+        self.pos = pos + fmt.size
+        return fmt.unpack_from(self.buf, pos)
 
     def count(self, item_bytes: int, what: str) -> int:
         (n,) = self.unpack(U32)
-        if n * item_bytes > self.remaining:
+        if n * item_bytes > self.end - self.pos:
             raise MalformedMessageError(
-                f"{what}: count {n} needs {n * item_bytes} bytes but only {self.remaining} remain"
+                f"{what}: count {n} needs {n * item_bytes} bytes but only {self.end - self.pos} remain"
             )
         return int(n)
 
@@ -79,6 +91,7 @@ U8 = struct.Struct(">B")
 U16 = struct.Struct(">H")
 U32 = struct.Struct(">I")
 U64 = struct.Struct(">Q")
+_U32_PAIR = struct.Struct(">II")
 
 
 def _int_in(value: Any, lo: int, hi: int, name: str) -> int:
@@ -227,14 +240,14 @@ class IdList(Field):
         return tuple(_int_in(v, 0, _U32_MAX - 1, name) for v in value)
 
     def put(self, value: tuple[int, ...], out: list[bytes | memoryview], msg: Any) -> None:
-        out.append(U32.pack(len(value)) + np.asarray(value, dtype=">u4").tobytes())
+        out.append(struct.pack(f">I{len(value)}I", len(value), *value))
 
     def get(self, r: _Reader, got: Mapping[str, Any], name: str) -> tuple[int, ...]:
         n = r.count(4, name)
-        ids = np.frombuffer(r.take(4 * n), dtype=">u4")
-        if n and int(ids.max()) == _NONE_U32:
+        ids = np.frombuffer(r.take(4 * n), dtype=">u4").tolist()  # Python ints, converted in C
+        if _NONE_U32 in ids:
             raise MalformedMessageError(f"field {name!r} contains the reserved id {_NONE_U32}")
-        return tuple(int(v) for v in ids)
+        return tuple(ids)
 
 
 class KeyTable(Field):
@@ -382,7 +395,7 @@ class ShareMatrix(Field):
         out.append(np.ascontiguousarray(value, dtype="<u4").tobytes())
 
     def get(self, r: _Reader, got: Mapping[str, Any], name: str) -> np.ndarray:
-        rows, cols = r.unpack(U32)[0], r.unpack(U32)[0]
+        rows, cols = r.unpack(_U32_PAIR)
         if rows * cols * 4 > r.remaining:
             raise MalformedMessageError(f"field {name!r}: a {rows}x{cols} matrix exceeds the message")
         arr = np.frombuffer(r.take(rows * cols * 4), dtype="<u4").astype(np.uint32).reshape(rows, cols)

@@ -521,17 +521,18 @@ class SecAggPlusServer(Reconstruction):
             return Outgoing(Stage.CONSISTENCY_CHECK.value, dict.fromkeys(self.state.u3, req))
         return self._unmask_requests(self.state.u3)
 
-    def _split(self, u: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        """The peers ``u`` masked with (and itself), split into survivors and dropped."""
-        masked_with = set(self.state.masked_with[u]) | {u}
-        return tuple(sorted(masked_with & set(self.state.u3))), tuple(
-            sorted(masked_with & set(self.state.dead))
-        )
+    def _split(
+        self, u: int, u3: frozenset[int], dead: frozenset[int]
+    ) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """The peers ``u`` masked with (and itself), split into survivors ``u3`` and dropped ``dead``."""
+        masked_with = self.state.masked_with[u] | {u}
+        return tuple(sorted(masked_with & u3)), tuple(sorted(masked_with & dead))
 
     def _unmask_requests(self, to: Iterable[int]) -> Outgoing:
         out = {}
+        u3, gone = frozenset(self.state.u3), frozenset(self.state.dead)
         for u in to:
-            alive, dead = self._split(u)
+            alive, dead = self._split(u, u3, gone)
             if self.session is not None:
                 out[u] = self._resumed_unmask(u, alive, dead, (), ()).to_bytes()
                 continue
@@ -583,8 +584,9 @@ class SecAggPlusServer(Reconstruction):
         # A quorum of signatures is the certificate (more would only cost bandwidth and client checks).
         certificate = tuple(sorted(self.state.survivor_signatures.items()))[:q]
         out = {}
+        u3, gone = frozenset(self.state.u3), frozenset(self.state.dead)
         for u in self.state.u4:
-            alive, dead = self._split(u)
+            alive, dead = self._split(u, u3, gone)
             if self.session is not None:
                 out[u] = self._resumed_unmask(u, alive, dead, self.state.u3, certificate).to_bytes()
                 continue

@@ -175,25 +175,32 @@ class Reconstruction:
                     remaining.discard(o)
             wipe(secrets, shares)
         if remaining:
-            holders: dict[int, dict[int, np.ndarray]] = {o: {} for o in remaining}
-            for c, msg in good.items():
-                ids, rows = (msg.alive, msg.seed_shares) if kind == "seed" else (msg.dead, msg.key_shares)
-                for i, o in enumerate(ids):
-                    if o in holders:
-                        holders[o][c] = rows[i]
-            out.update(self._reconstruct_all(holders, kind, phase))
+            out.update(self._reconstruct_all(good, kind, remaining, phase))
         return out
 
     def _reconstruct_all(
-        self, holders: Mapping[int, Mapping[int, np.ndarray]], kind: str, phase: str
+        self, good: Mapping[int, Unmask], kind: str, owners: set[int], phase: str
     ) -> dict[int, np.ndarray]:
         """Reconstruct every owner's secret from ``threshold`` holders; verify each against its
         commitment (seeds) or advertised public key (mask keys), retrying other holder subsets on a
         mismatch. Every owner is interpolated in one vectorised batch, each row with its own holder set."""
         t = self.params.threshold
+        # Every reply's share rows stacked once into one table; holders[o][w]: the row of w's share of o.
+        holders: dict[int, dict[int, int]] = {o: {} for o in owners}
+        mats: list[np.ndarray] = []
+        base = 0
+        for c, msg in good.items():
+            ids, mat = (msg.alive, msg.seed_shares) if kind == "seed" else (msg.dead, msg.key_shares)
+            for i, o in enumerate(ids):
+                if o in holders:
+                    holders[o][c] = base + i
+            mats.append(mat)
+            base += len(ids)
+        table = np.concatenate(mats) if mats else np.zeros((0, _shamir.LIMBS), dtype=np.uint32)
         groups: dict[tuple[int, ...], list[int]] = {}
         for owner, hs in holders.items():
             if len(hs) < t:
+                wipe(table)
                 raise ThresholdError(
                     f"only {len(hs)} share holders answered for the {kind} of client {owner}, fewer than the threshold {t}",
                     party=SERVER,
@@ -217,11 +224,13 @@ class Reconstruction:
         rows = [(chosen, o) for chosen, owners in groups.items() for o in owners]
         if rows:
             xs = np.array([[self.x[w] for w in chosen] for chosen, _ in rows], dtype=np.int64)
-            shares = np.stack([np.stack([holders[o][w] for w in chosen]) for chosen, o in rows])  # (G, t, L)
+            index = np.array([[holders[o][w] for w in chosen] for chosen, o in rows], dtype=np.intp)
+            shares = table[index]  # (G, t, L)
             accept([o for _, o in rows], *_shamir.reconstruct_many(xs, shares))
             wipe(shares)
         for o in retry:
-            out[o] = self._search_subsets(holders[o], kind, o, phase)
+            out[o] = self._search_subsets({w: table[i] for w, i in holders[o].items()}, kind, o, phase)
+        wipe(table)
         return out
 
     def _search_subsets(self, hs: Mapping[int, np.ndarray], kind: str, owner: int, phase: str) -> np.ndarray:

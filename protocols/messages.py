@@ -113,8 +113,8 @@ class Message:
             _REGISTRY[cls.TYPE] = cls
 
     def __post_init__(self) -> None:
-        for f in fields(self):
-            object.__setattr__(self, f.name, self.FIELDS[f.name].check(getattr(self, f.name), f.name, self))
+        for name in _field_names(type(self)):
+            object.__setattr__(self, name, self.FIELDS[name].check(getattr(self, name), name, self))
 
     @classmethod
     def _decoded(cls: type[M], values: Mapping[str, Any]) -> M:
@@ -130,8 +130,8 @@ class Message:
     def to_bytes(self) -> bytes:
         """The wire encoding of this message."""
         out: list[bytes | memoryview] = [_HEADER.pack(MAGIC, WIRE_VERSION, self.TYPE)]
-        for f in fields(self):
-            self.FIELDS[f.name].put(getattr(self, f.name), out, self)
+        for name in _field_names(type(self)):
+            self.FIELDS[name].put(getattr(self, name), out, self)
         return b"".join(out)
 
     def __eq__(self, other: object) -> bool:

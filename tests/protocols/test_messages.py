@@ -118,6 +118,17 @@ def test_out_of_range_values_are_malformed() -> None:
         m.decode(b"SF\x01\x0f" + struct.pack(">H", 2) + b"\xff\xfe" + struct.pack(">H", 0))
 
 
+def test_reserved_ids_and_truncated_headers_are_malformed() -> None:
+    body = bytearray(m.UnmaskRequest(bytes(32), (7, 9), ()).to_bytes())
+    body[4 + 32 + 4 + 4 : 4 + 32 + 4 + 8] = struct.pack(">I", 2**32 - 1)  # the second alive id
+    with pytest.raises(MalformedMessageError, match="reserved id"):
+        m.decode(bytes(body))
+    sh = m.Unmask(bytes(32), (1,), np.zeros((1, LIMBS), dtype=np.uint32), (), np.zeros((0, LIMBS), np.uint32))
+    cut = sh.to_bytes()[: 4 + 32 + 8 + 6]  # inside the share matrix's (rows, cols) header
+    with pytest.raises(MalformedMessageError, match="truncated message: need 8 bytes"):
+        m.decode(cut)
+
+
 def test_construction_validates() -> None:
     with pytest.raises(MalformedMessageError, match="32 bytes"):
         m.AdvertiseKeys(b"short", bytes(32))
