@@ -188,7 +188,7 @@ class Blob(Field):
         return bytes(value)
 
     def put(self, value: bytes, out: list[bytes | memoryview], msg: Any) -> None:
-        out.append(U32.pack(len(value)) + value)
+        out += (U32.pack(len(value)), value)  # the join copies the bytes once, into the message
 
     def get(self, r: _Reader, got: Mapping[str, Any], name: str) -> bytes:
         n = r.count(1, name)
@@ -300,7 +300,8 @@ class Envelopes(Field):
 
     def put(self, value: tuple[tuple[int, bytes], ...], out: list[bytes | memoryview], msg: Any) -> None:
         out.append(U32.pack(len(value)))
-        out.extend(U32.pack(p) + U32.pack(len(c)) + c for p, c in value)
+        for p, c in value:
+            out += (_U32_PAIR.pack(p, len(c)), c)  # the join copies each ciphertext once
 
     def get(self, r: _Reader, got: Mapping[str, Any], name: str) -> tuple[tuple[int, bytes], ...]:
         n = r.count(8, name)
