@@ -84,6 +84,11 @@ class SecAggPlusServerState:
 #: Most holder subsets tried per secret when corrupted shares must be routed around.
 MAX_HOLDER_SUBSETS = 20_000
 
+#: Mask words below which the server regenerates masks in the calling thread: starting and joining a thread
+#: pool costs about a millisecond, more than expanding a million words (an evaluation sum's few counts, or ten
+#: clients' model).
+PARALLEL_MIN_WORDS = 1 << 21
+
 
 class Reconstruction:
     """Mixin of :class:`~securefgl.protocols._secaggplus_server.SecAggPlusServer`: secret reconstruction and
@@ -298,7 +303,7 @@ class Reconstruction:
 
         n_jobs = sum(1 if k == "self" else len(self._masked_with_dead(o)) for k, (o, _) in jobs)
         workers = min(self.workers, max(1, len(jobs)))
-        if workers == 1 or n_jobs < 8:
+        if workers == 1 or n_jobs < 8 or n_jobs * self.layout.length < PARALLEL_MIN_WORDS:
             work(jobs, total)  # straight into the sum: no second accumulator
             return
         # Interleave so each thread gets a similar number of expansions.
