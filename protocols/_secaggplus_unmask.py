@@ -202,41 +202,42 @@ class Reconstruction:
             mats.append(mat)
             base += len(ids)
         table = np.concatenate(mats) if mats else np.zeros((0, _shamir.LIMBS), dtype=np.uint32)
-        groups: dict[tuple[int, ...], list[int]] = {}
-        for owner, hs in holders.items():
-            if len(hs) < t:
-                wipe(table)
-                raise ThresholdError(
-                    f"only {len(hs)} share holders answered for the {kind} of client {owner}, fewer than the threshold {t}",
-                    party=SERVER,
-                    phase=phase,
-                )
-            chosen = tuple(sorted(hs, key=lambda w: self.x[w])[:t])
-            groups.setdefault(chosen, []).append(owner)
-        out: dict[int, np.ndarray] = {}
-        retry: list[int] = []
+        try:
+            groups: dict[tuple[int, ...], list[int]] = {}
+            for owner, hs in holders.items():
+                if len(hs) < t:
+                    raise ThresholdError(
+                        f"only {len(hs)} share holders answered for the {kind} of client {owner}, fewer than the threshold {t}",
+                        party=SERVER,
+                        phase=phase,
+                    )
+                chosen = tuple(sorted(hs, key=lambda w: self.x[w])[:t])
+                groups.setdefault(chosen, []).append(owner)
+            out: dict[int, np.ndarray] = {}
+            retry: list[int] = []
 
-        def accept(owners: Sequence[int], secrets: np.ndarray, valid: np.ndarray) -> None:
-            for i, o in enumerate(owners):
-                if valid[i] and self._verify(kind, o, secrets[i]):
-                    out[o] = secrets[i].copy()
-                else:
-                    retry.append(o)
-            wipe(secrets)
+            def accept(owners: Sequence[int], secrets: np.ndarray, valid: np.ndarray) -> None:
+                for i, o in enumerate(owners):
+                    if valid[i] and self._verify(kind, o, secrets[i]):
+                        out[o] = secrets[i].copy()
+                    else:
+                        retry.append(o)
+                wipe(secrets)
 
-        # One vectorised interpolation for every owner: each row carries its own holder set, so owners of
-        # different neighbourhoods (SecAgg+) and owners sharing a holder set cost one pass together.
-        rows = [(chosen, o) for chosen, owners in groups.items() for o in owners]
-        if rows:
-            xs = np.array([[self.x[w] for w in chosen] for chosen, _ in rows], dtype=np.int64)
-            index = np.array([[holders[o][w] for w in chosen] for chosen, o in rows], dtype=np.intp)
-            shares = table[index]  # (G, t, L)
-            accept([o for _, o in rows], *_shamir.reconstruct_many(xs, shares))
-            wipe(shares)
-        for o in retry:
-            out[o] = self._search_subsets({w: table[i] for w, i in holders[o].items()}, kind, o, phase)
-        wipe(table)
-        return out
+            # One vectorised interpolation for every owner: each row carries its own holder set, so owners of
+            # different neighbourhoods (SecAgg+) and owners sharing a holder set cost one pass together.
+            rows = [(chosen, o) for chosen, owners in groups.items() for o in owners]
+            if rows:
+                xs = np.array([[self.x[w] for w in chosen] for chosen, _ in rows], dtype=np.int64)
+                index = np.array([[holders[o][w] for w in chosen] for chosen, o in rows], dtype=np.intp)
+                shares = table[index]  # (G, t, L)
+                accept([o for _, o in rows], *_shamir.reconstruct_many(xs, shares))
+                wipe(shares)
+            for o in retry:
+                out[o] = self._search_subsets({w: table[i] for w, i in holders[o].items()}, kind, o, phase)
+            return out
+        finally:
+            wipe(table)
 
     def _search_subsets(self, hs: Mapping[int, np.ndarray], kind: str, owner: int, phase: str) -> np.ndarray:
         """Try ``t``-subsets of the holders until one reconstructs a secret that verifies against the
