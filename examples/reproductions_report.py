@@ -166,11 +166,17 @@ NOTES: dict[str, list[str]] = {
         "extractor=last): FedAvg-GCN's column is its last round, while the default starts step 2 from the round "
         "with the best validation accuracy, which on a noisy validation curve can be worse on test (Actor "
         "structure non-iid at 20/40/40: 43.0 against the last round's 43.8), so that even the blend's weight 1 "
-        "cannot reach the column. With extractor=last the weight 1 is exactly FedAvg-GCN's last round; on that "
-        "cell blend − FedAvg-GCN moves from -0.6 [-1.0, -0.1] to +0.3 [-0.3, +0.8] (10 seeds). FedAvg-GCN "
-        "itself equals the default runs' to the bit, seed by seed (step 1 does not depend on the option), and "
-        "plaintext equals secagg to the bit (Chameleon Louvain, 60/20/20, seed 0). The cells saved with "
-        "extractor=last are the rows marked so; the others were run with the default only.",
+        "cannot reach the column. With extractor=last the weight 1 is exactly FedAvg-GCN's last round. On the "
+        "seven cells run with it (ten seeds each, Squirrel Louvain at 20/40/40 four), blend − FedAvg-GCN is above "
+        "0, or its 95 % interval contains 0, on every one, the cell the default fails included (Actor structure "
+        "non-iid, 20/40/40: -0.6 [-1.0, -0.1] becomes +0.3 [-0.3, +0.8]). Not yet run with it: Actor Louvain "
+        "(both splits), Actor structure non-iid at 60/20/20, Squirrel structure non-iid (both splits) and "
+        "Squirrel Louvain's seeds 4-9 at 20/40/40. Within one install step 1 does not depend on the option "
+        "(FedAvg-GCN equal to the bit, seed by seed, to the default runs of the same install: Actor structure "
+        "non-iid 20/40/40, seeds 0-9; Chameleon Louvain 60/20/20, seed 0), and plaintext equals secagg to the "
+        "bit (Chameleon Louvain, 60/20/20, seed 0). All but Actor structure non-iid ran on the fresh install of "
+        "2026-12-01 (see the introduction): their differences are paired within their own runs, and their "
+        "blend − Local column pairs them with Local runs of the earlier install.",
         "Issue 27, why Squirrel and Chameleon Louvain are not reached: the paper's figures are those of a model "
         "that sees every edge. A centralised GCN on the whole graph (its column) lands at the paper's Chameleon "
         "figure and under its Squirrel figure; in the federation Louvain cuts the cross-client edges and every "
@@ -956,7 +962,11 @@ def render(directory: Path) -> str:
         "the measured reason. Tables come from `reproductions/<paper>/*.json` (written by the reproduction scripts'",
         "`--out` and filed by `examples/reproductions_report.py collect`); where a paper has no saved result yet,",
         "the section quotes the figures of its script's docstring, which were measured on a CPU by an earlier",
-        "session, and says so. Seeded CPU and CUDA runs may differ slightly; each row names its device.",
+        "session, and says so. Seeded CPU and CUDA runs may differ slightly; each row names its device. So may",
+        "runs on other versions of the libraries below securefgl (torch, PyG, numpy, scipy, networkx): a fresh",
+        "install of 2026-12-01 gives AdaFGL on Chameleon Louvain, 60/20/20, seed 0, 62.6 (FedAvg-GCN 62.0) where",
+        "the saved default row's install gave 61.2 (62.9). Protocols, seeds and options compare to the bit within",
+        "one install; the records of 2026-12-01 name theirs.",
         "",
         "Regenerate this page: `python examples/reproductions_report.py render`.",
         "",
