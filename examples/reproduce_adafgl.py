@@ -100,6 +100,7 @@ from securefgl.engine import run_seed
 from securefgl.errors import PartitionError
 from securefgl.experiments import partition_file
 from securefgl.experiments.adafgl import INJECTIONS, PARTITIONS, SPLITS, partition_params, run_config
+from securefgl.experiments.libraries import library_versions
 from securefgl.experiments.progress import Progress
 
 #: Spec §5.4 Table II (AdaFGL, 10 clients): (mean, std).
@@ -400,6 +401,7 @@ def main() -> None:
 
     report: dict[str, Any] = {
         "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "libraries": library_versions(),
         "cells": [],
     }
     progress = Progress(len(args.datasets) * len(args.splits) * len(args.protocols) * len(args.seeds))

@@ -76,6 +76,7 @@ from securefgl.data import load_dataset, partition_graph
 from securefgl.engine import run_seed
 from securefgl.errors import PartitionError
 from securefgl.experiments import add_partition_dir_option, claim_verdicts, partition_file
+from securefgl.experiments.libraries import library_versions
 from securefgl.experiments.progress import Progress
 from securefgl.training.local_training import predict_shared, predict_stacked
 
@@ -463,7 +464,9 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{args.experiment}_{int(time.time())}.json"
-    path.write_text(json.dumps({"args": vars(args), "rows": rows}, indent=1, default=str))
+    path.write_text(
+        json.dumps({"args": vars(args), "libraries": library_versions(), "rows": rows}, indent=1, default=str)
+    )
     print(f"wrote {path}")
 
 

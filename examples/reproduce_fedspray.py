@@ -52,6 +52,7 @@ from securefgl.data import load_dataset, partition_graph
 from securefgl.engine import run_seed
 from securefgl.errors import PartitionError
 from securefgl.experiments import add_partition_dir_option, partition_file
+from securefgl.experiments.libraries import library_versions
 from securefgl.experiments.progress import Progress
 
 #: Progress lines (rounds done, time left) on stderr, through the engine's hooks.
@@ -172,10 +173,12 @@ def _load(path: Path) -> dict[str, Any]:
 
 
 def _save(path: Path, key: str, rows: list[dict[str, Any]], data: dict[str, Any]) -> None:
-    """Add one setting's rows, re-reading the file first (several processes may share it)."""
+    """Add one setting's rows, re-reading the file first (several processes may share it); the libraries
+    they ran with go under ``_libraries``, by setting."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fresh = _load(path)
     fresh[key] = rows
+    fresh.setdefault("_libraries", {})[key] = library_versions()
     data.update(fresh)
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_text(json.dumps(fresh, indent=1))

@@ -46,6 +46,7 @@ import securefgl.algorithms.fedstruct as fedstruct
 from securefgl.config import RunConfig
 from securefgl.data import load_dataset, partition_graph
 from securefgl.engine import run_seed
+from securefgl.experiments.libraries import library_versions
 from securefgl.experiments.progress import Progress
 
 #: Table 4 of the paper (Cora, CiteSeer, Chameleon) as FedStruct options and training settings.
@@ -170,7 +171,7 @@ def main() -> None:
     if args.out:
         with open(args.out, "w") as fh:
             # "args": what the report (examples/reproductions_report.py) needs to label the rows.
-            json.dump({"args": vars(args), "results": results}, fh, indent=2)
+            json.dump({"args": vars(args), "libraries": library_versions(), "results": results}, fh, indent=2)
 
 
 if __name__ == "__main__":

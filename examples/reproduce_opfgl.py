@@ -61,6 +61,7 @@ from securefgl.data.partition import partition_graph
 from securefgl.engine import run_seed
 from securefgl.errors import PartitionError
 from securefgl.experiments import add_partition_dir_option, partition_file
+from securefgl.experiments.libraries import library_versions
 from securefgl.experiments.progress import Progress
 
 #: Progress lines (rounds done, time left) on stderr, through the engine's hooks.
@@ -185,6 +186,7 @@ def main() -> None:
     seeds = [int(s) for s in args.seeds.split(",")]
     protocols = [p for p in args.protocols.split(",") if p]
     log: list[dict[str, Any]] = []
+    libraries = library_versions()
     table: dict[tuple[str, str], dict[str, Any]] = {}
     for ds in args.datasets.split(","):
         data = load_dataset(ds, args.data_root)
@@ -259,7 +261,9 @@ def main() -> None:
             if args.out:
                 Path(args.out).parent.mkdir(parents=True, exist_ok=True)
                 stats_out = {f"{d}/{q}/p{ps}": r["stats"] for (d, q, ps), r in table.items()}
-                Path(args.out).write_text(json.dumps({"runs": log, "partitions": stats_out}, indent=1))
+                Path(args.out).write_text(
+                    json.dumps({"runs": log, "partitions": stats_out, "libraries": libraries}, indent=1)
+                )
 
     def cell(r: dict | None, key: str) -> str:
         if r is None:

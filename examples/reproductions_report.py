@@ -337,6 +337,8 @@ def read_fedspray(paths: Iterable[Path]) -> list[dict[str, Any]]:
     cells: dict[str, dict[str, Any]] = {}
     for path in paths:
         for key, rows in json.loads(Path(path).read_text()).items():
+            if key.startswith("_"):  # ``_libraries``: read by read_libraries
+                continue
             ds, part, proto, preset, rounds, *ref = key.split("|")
             cell = cells.setdefault(
                 key,
@@ -433,6 +435,26 @@ def read_fedlog(paths: Iterable[Path]) -> list[dict[str, Any]]:
     return out
 
 
+def read_libraries(paths: Iterable[Path]) -> list[dict[str, Any]]:
+    """The distinct library versions the files' results ran with (``securefgl.experiments.libraries``), in
+    the order first read: a script's ``libraries``, FedSpray's ``_libraries`` by setting, or the list a saved
+    record carries. Files written before the scripts recorded them, and logs (FedStruct's JSON lines), add
+    nothing."""
+    out: list[dict[str, Any]] = []
+    for path in paths:
+        try:
+            data = json.loads(Path(path).read_text())
+        except json.JSONDecodeError:
+            continue
+        if not isinstance(data, dict):
+            continue
+        found = data.get("libraries") or []
+        found = [found] if isinstance(found, dict) else list(found)
+        found += list((data.get("_libraries") or {}).values())
+        out += [v for v in found if v not in out]
+    return out
+
+
 def collect(args: argparse.Namespace) -> Path:
     files = [Path(f) for f in args.files]
     missing = [str(f) for f in files if not f.exists()]
@@ -461,6 +483,9 @@ def collect(args: argparse.Namespace) -> Path:
         record["cells"] = read_fedlog(files)
     else:  # pragma: no cover - argparse restricts --paper to PAPERS
         raise SystemExit(f"collect: unknown paper {args.paper!r}")
+    libraries = read_libraries(files)
+    if libraries:
+        record["libraries"] = libraries
     out = Path(args.dir) / args.paper / f"{args.name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record, indent=1, default=float) + "\n")
@@ -883,10 +908,24 @@ def docstring_block(paper: str) -> list[str]:
     return ["```text", *block.splitlines(), "```"]
 
 
+def describe_libraries(versions: dict[str, Any]) -> str:
+    """``python 3.11.7, torch 2.13.0+cpu, ..., securefgl at 1a2b3c4d5e``: the installed ones."""
+    parts = [f"{name} {v}" for name, v in versions.items() if v is not None and name != "securefgl_commit"]
+    commit = versions.get("securefgl_commit")
+    if commit:
+        parts.append(f"securefgl at {commit[:10]}{'+dirty' if commit.endswith('+dirty') else ''}")
+    return ", ".join(parts)
+
+
 def commands(records: Sequence[dict[str, Any]]) -> list[str]:
     out = []
     for rec in records:
-        out.append(f"- **{rec['title']}** ({rec['machine']}):")
+        libraries = "; ".join(describe_libraries(v) for v in rec.get("libraries", []))
+        out.append(
+            f"- **{rec['title']}** ({rec['machine']}"
+            + (f"; libraries: {libraries}" if libraries else "")
+            + "):"
+        )
         out.append("  ```bash")
         out.extend(f"  {line}" for line in str(rec["command"]).splitlines())
         out.append("  ```")

@@ -282,6 +282,36 @@ def test_collect_extends_a_saved_record(report, tmp_path: Path) -> None:
         _collect_adafgl(report, res, "again", saved, tmp_path / "a.json")
 
 
+def test_collect_carries_the_library_versions_into_the_record_and_the_page(report, tmp_path: Path) -> None:
+    """Each distinct install the files ran on is kept once, a saved record's are kept when it is extended, and
+    the page names them beside the command; a file written before the scripts recorded them adds none."""
+    res = tmp_path / "reproductions"
+    old = {
+        "python": "3.11.7",
+        "torch": "2.5.0",
+        "tenseal": None,
+        "securefgl_commit": "0123456789abcdef+dirty",
+    }
+    new = {"python": "3.11.7", "torch": "2.13.0+cpu", "tenseal": "0.3.18", "securefgl_commit": None}
+    files = []
+    for name, seeds, libraries in (("a", [0], old), ("b", [1], old), ("c", [2], None)):
+        path = _adafgl_out(tmp_path / f"{name}.json", "secagg", seeds, 0.6)
+        if libraries is not None:
+            path.write_text(json.dumps({**json.loads(path.read_text()), "libraries": libraries}))
+        files.append(path)
+    first = _collect_adafgl(report, res, "cham", *files)
+    assert first["libraries"] == [old]
+    saved = tmp_path / "saved.json"
+    saved.write_text(json.dumps(first))
+    later = _adafgl_out(tmp_path / "d.json", "secagg", [3], 0.6)
+    later.write_text(json.dumps({**json.loads(later.read_text()), "libraries": new}))
+    assert _collect_adafgl(report, res, "cham", saved, later)["libraries"] == [old, new]
+    page = report.render(res)
+    assert "libraries: python 3.11.7, torch 2.5.0, securefgl at 0123456789+dirty; " in page
+    assert "python 3.11.7, torch 2.13.0+cpu, tenseal 0.3.18):" in page
+    assert _collect_adafgl(report, res, "bare", files[2]).get("libraries") is None
+
+
 def test_collect_files_baseline_only_runs_into_the_saved_runs(report, tmp_path: Path) -> None:
     """--baselines-only runs add the centralised column to the runs of their seeds, in any file order."""
     saved = _adafgl_out(tmp_path / "a.json", "secagg", [0, 1], 0.6)
