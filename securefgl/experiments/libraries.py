@@ -54,27 +54,20 @@ def library_versions(names: tuple[str, ...] = LIBRARIES) -> dict[str, str | None
 def source_commit() -> str | None:
     """The git commit of the checkout this package was imported from, ``+dirty`` when its tracked files
     differ from it; ``None`` outside a git checkout (an installed wheel) or without git."""
-    here = Path(__file__).resolve().parent
+    here = Path(__file__).resolve()
     try:
-        top, commit = subprocess.run(
-            ["git", "rev-parse", "--show-toplevel", "HEAD"],
-            cwd=here,
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout.split()
+        top, commit = _git(here.parent, "rev-parse", "--show-toplevel", "HEAD").split()
         # an installed copy inside some other repository (a venv in a user's project) is not a checkout
-        if Path(top, "securefgl", "experiments", Path(__file__).name).resolve() != Path(__file__).resolve():
+        if Path(top, "securefgl", "experiments", here.name).resolve() != here:
             return None
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=here,
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout.strip()
+        dirty = _git(here.parent, "status", "--porcelain", "--untracked-files=no").strip()
     except (OSError, subprocess.SubprocessError, ValueError):
         return None
-    return commit + ("+dirty" if dirty else "") if commit else None
+    return commit + ("+dirty" if dirty else "")
+
+
+def _git(cwd: Path, *args: str) -> str:
+    """``git <args>``'s standard output, run in ``cwd``; raises on failure."""
+    return subprocess.run(
+        ["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10, check=True
+    ).stdout
