@@ -258,6 +258,12 @@ def test_collect_and_render_fedlog(report, tmp_path: Path) -> None:
         "0 (identical per seed) | yes | secagg 0,1,2; plaintext 0 | 60 |"
     ) in page
     assert "| [FedLoG](#fedlog-o-pfgls-third-party-table-fedlogs-generalisation-claim) | 1 of 1 |" in page
+    # a check re-running a saved cell (an ``issue*`` record) is a row of its own but not another cell at a glance
+    check = ["collect", "--paper", "fedlog", "--name", "issue25_check", "--machine", "box", "--command", "go"]
+    report.main([*check, "--dir", str(res), str(files[0]), str(files[2])])
+    page = report.render(res)
+    assert "`reproductions/fedlog/issue25_check.json` |" in page
+    assert "| [FedLoG](#fedlog-o-pfgls-third-party-table-fedlogs-generalisation-claim) | 1 of 1 |" in page
     claim = _fedlog_out(tmp_path / "d.json", "secagg", [0], 75.0, experiment="claim")
     with pytest.raises(SystemExit, match="is not a reproduce_fedlog.py 'table' result"):
         report.main([*args, "--dir", str(res), str(claim)])
