@@ -108,8 +108,8 @@ from securefgl.engine import run_seed
 from securefgl.errors import PartitionError
 from securefgl.experiments import partition_file
 from securefgl.experiments.adafgl import INJECTIONS, PARTITIONS, SPLITS, partition_params, run_config
-from securefgl.experiments.libraries import library_versions
 from securefgl.experiments.progress import Progress
+from securefgl.provenance import library_versions
 
 #: Spec §5.4 Table II (AdaFGL, 10 clients): (mean, std).
 PAPER = {

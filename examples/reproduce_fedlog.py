@@ -76,8 +76,8 @@ from securefgl.data import load_dataset, partition_graph
 from securefgl.engine import run_seed
 from securefgl.errors import PartitionError
 from securefgl.experiments import add_partition_dir_option, claim_verdicts, partition_file
-from securefgl.experiments.libraries import library_versions
 from securefgl.experiments.progress import Progress
+from securefgl.provenance import library_versions
 from securefgl.training.local_training import predict_shared, predict_stacked
 
 TARGETS = {

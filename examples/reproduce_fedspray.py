@@ -52,8 +52,8 @@ from securefgl.data import load_dataset, partition_graph
 from securefgl.engine import run_seed
 from securefgl.errors import PartitionError
 from securefgl.experiments import add_partition_dir_option, partition_file
-from securefgl.experiments.libraries import library_versions
 from securefgl.experiments.progress import Progress
+from securefgl.provenance import library_versions
 
 #: Progress lines (rounds done, time left) on stderr, through the engine's hooks.
 PROGRESS = Progress()

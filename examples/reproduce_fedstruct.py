@@ -46,8 +46,8 @@ import securefgl.algorithms.fedstruct as fedstruct
 from securefgl.config import RunConfig
 from securefgl.data import load_dataset, partition_graph
 from securefgl.engine import run_seed
-from securefgl.experiments.libraries import library_versions
 from securefgl.experiments.progress import Progress
+from securefgl.provenance import library_versions
 
 #: Table 4 of the paper (Cora, CiteSeer, Chameleon) as FedStruct options and training settings.
 PRESETS = {

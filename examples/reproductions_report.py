@@ -441,7 +441,7 @@ def read_fedlog(paths: Iterable[Path]) -> list[dict[str, Any]]:
 
 
 def read_libraries(paths: Iterable[Path]) -> list[dict[str, Any]]:
-    """The distinct library versions the files' results ran with (``securefgl.experiments.libraries``), in
+    """The distinct library versions the files' results ran with (``securefgl.provenance``), in
     the order first read: a script's ``libraries``, FedSpray's ``_libraries`` by setting, or the list a saved
     record carries. Files written before the scripts recorded them, and logs (FedStruct's JSON lines), add
     nothing."""

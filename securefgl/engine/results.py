@@ -3,7 +3,8 @@
 Layout::
 
     <dir>/config.toml     the resolved RunConfig (re-runnable with ``securefgl run --config``)
-    <dir>/metrics.json    status, per-seed round records and final metrics, mean/std over seeds
+    <dir>/metrics.json    status, per-seed round records and final metrics, mean/std over seeds, and the
+                          library versions and securefgl commit it ran with (``libraries``)
     <dir>/clients.csv     one row per (seed, client): final val/test accuracy and F1, minority accuracy,
                           bytes up and down
     <dir>/plot.png        validation/test accuracy and cumulative communication against rounds
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from securefgl.config import save_config
+from securefgl.provenance import library_versions
 
 if TYPE_CHECKING:
     from securefgl.config import RunConfig
@@ -69,6 +71,7 @@ def write_results(
         "status": status,
         "error": error,
         **(extra or {}),
+        "libraries": library_versions(),
         "summary": summary,
         "seeds": [s.to_dict() for s in seeds],
     }

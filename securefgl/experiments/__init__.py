@@ -14,11 +14,9 @@ One module per concept:
   (:func:`claim_verdicts`);
 * :mod:`securefgl.experiments.progress`: the scripts' progress lines (rounds done, time left) through the
   engine's run hooks (:class:`~securefgl.experiments.progress.Progress`; imported by name).
-* :mod:`securefgl.experiments.libraries`: the library versions and securefgl commit every result file names
-  (:func:`~securefgl.experiments.libraries.library_versions`; imported by name).
 
 Importing this package, the two replays, :mod:`~securefgl.experiments.claims` or
-:mod:`~securefgl.experiments.progress` or :mod:`~securefgl.experiments.libraries` needs only numpy and the
+:mod:`~securefgl.experiments.progress` needs only numpy and the
 standard library (no torch), so the replays also run in the reference tools' own environments;
 :mod:`securefgl.experiments.adafgl` builds run configs and is imported by name.
 """

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from importlib.metadata import version
 
 import pytest
 import torch
@@ -46,6 +47,7 @@ def test_results_folder(tmp_path):
     assert rounds[0]["bytes_up"] > 0 and rounds[0]["bytes_down"] > 0
     assert set(rounds[0]["bytes_up_per_client"]) == {str(i) for i in range(5)}
     assert set(metrics["summary"]["test_acc"]) == {"mean", "std"}
+    assert metrics["libraries"]["torch"] == version("torch")  # seeded figures move with the libraries
     lines = (out / "clients.csv").read_text().strip().splitlines()
     assert len(lines) == 1 + 2 * 5 and lines[0].startswith("seed,client,num_nodes")
     assert (out / "plot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,4 +1,4 @@
-"""securefgl.experiments.libraries: the versions a reproduction result names, read from the installed
+"""securefgl.provenance: the versions a result names, read from the installed
 distributions and the checkout."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import torch
 
-from securefgl.experiments import libraries
-from securefgl.experiments.libraries import LIBRARIES, library_versions, source_commit
+from securefgl import provenance
+from securefgl.provenance import LIBRARIES, library_versions, source_commit
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_every_named_library_is_reported_with_its_installed_version() -> None:
@@ -37,16 +37,16 @@ def test_the_commit_is_the_checkouts_when_imported_from_one() -> None:
     except (OSError, subprocess.CalledProcessError):
         pytest.skip("the tests do not run from a git checkout")
     commit = source_commit()
-    if Path(libraries.__file__).resolve().parents[2] != ROOT:
+    if Path(provenance.__file__).resolve().parents[1] != ROOT:
         pytest.skip("securefgl is imported from an installed copy, not this checkout")
     assert commit is not None and commit.removesuffix("+dirty") == head
 
 
 def test_outside_a_checkout_the_commit_is_none(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A copy of the module outside any git repository (an installed wheel) names no commit."""
-    copy = tmp_path / "securefgl" / "experiments" / "libraries.py"
+    copy = tmp_path / "securefgl" / "provenance.py"
     copy.parent.mkdir(parents=True)
-    copy.write_text(Path(libraries.__file__).read_text())
+    copy.write_text(Path(provenance.__file__).read_text())
     monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
     namespace: dict[str, object] = {"__file__": str(copy), "__name__": "libraries_copy"}
     exec(compile(copy.read_text(), str(copy), "exec"), namespace)

@@ -1,10 +1,11 @@
-"""The library versions a result was computed with, saved beside it.
+"""Provenance: the library versions and securefgl commit a result was computed with, saved beside it.
 
 Seeded figures are bit-exact within one install but move with the numerical libraries: a fresh install
 (torch 2.13, torch_geometric 2.8.1, numpy 2.4.6) gave AdaFGL 62.6 where the earlier install gave 61.2 on
 the same Chameleon seed. A reproduction result that does not name its libraries cannot be re-run to the bit,
-so the scripts write :func:`library_versions` into every ``--out`` file and
-``examples/reproductions_report.py`` carries it into the page.
+so every run's ``metrics.json`` (:func:`securefgl.engine.results.write_results`) and every reproduction
+script's ``--out`` file carry :func:`library_versions`, and ``examples/reproductions_report.py`` carries it
+into the page.
 
 Read from the installed distributions' metadata (:mod:`importlib.metadata`), so nothing heavy is imported
 and the replays' torch-free environments can call it too.
@@ -58,7 +59,7 @@ def source_commit() -> str | None:
     try:
         top, commit = _git(here.parent, "rev-parse", "--show-toplevel", "HEAD").split()
         # an installed copy inside some other repository (a venv in a user's project) is not a checkout
-        if Path(top, "securefgl", "experiments", here.name).resolve() != here:
+        if Path(top, "securefgl", here.name).resolve() != here:
             return None
         dirty = _git(here.parent, "status", "--porcelain", "--untracked-files=no").strip()
     except (OSError, subprocess.SubprocessError, ValueError):
