@@ -56,6 +56,7 @@ import numpy as np
 from securefgl._bench_floors import plaintext_sum_seconds, prg_floor_samples, prg_floor_seconds
 from securefgl._bench_format import format_rows
 from securefgl.errors import ConfigError
+from securefgl.provenance import library_versions
 
 __all__ = [
     "BenchConfig",
@@ -620,23 +621,12 @@ register_section(
 
 
 def machine_info() -> dict[str, Any]:
-    """The machine and library versions the numbers were measured with."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    import cryptography
-
-    try:
-        tenseal_version: str | None = version("tenseal")
-    except PackageNotFoundError:
-        tenseal_version = None
+    """The machine, and the library versions and securefgl commit the numbers were measured with."""
     return {
-        "python": platform.python_version(),
         "platform": platform.platform(),
         "processor": platform.processor() or platform.machine(),
         "cpu_count": os.cpu_count(),
-        "numpy": np.__version__,
-        "cryptography": cryptography.__version__,
-        "tenseal": tenseal_version,
+        **library_versions(),
     }
 
 
