@@ -512,6 +512,11 @@ def main() -> None:
                     if "adafgl_blend" in res.report:
                         run["adafgl_blend_test_acc"] = res.final.overall["test_acc"]
                         run["blend_weight"] = res.report["adafgl_blend"]["weight"]
+                        for key in ("val_correct", "val_discordant"):
+                            if key in res.report["adafgl_blend"]:
+                                run[f"blend_{key}"] = {
+                                    f"{w:g}": n for w, n in res.report["adafgl_blend"][key].items()
+                                }
                     if protocol == args.protocols[0]:
                         run.update(baselines(args, dataset, split, protocol, fg, seed, settings))
                     if ref_sizes is not None:

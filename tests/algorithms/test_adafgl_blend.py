@@ -3,10 +3,13 @@ federated extractor in every client's prediction."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
 from securefgl.algorithms.adafgl import BLEND, STEP1, STEP2, AdaFGL, AdaFGLOptions
+from securefgl.algorithms.adafgl.server import blend_test_z
 from securefgl.algorithms.base import RoundState, Setting
 from securefgl.config import RunConfig, build
 from securefgl.engine.hooks import RunHooks
@@ -134,5 +137,87 @@ def test_server_picks_the_most_counts_and_the_first_weight_on_ties() -> None:
     ],
 )
 def test_bad_blend_options_are_refused(options: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        AdaFGLOptions(**options)
+
+
+def test_blend_alpha_keeps_the_extractor_unless_a_weight_beats_it_beyond_the_counts_noise() -> None:
+    cfg = _config("plaintext", {"blend": "select", "blend_grid": [0.0, 0.5, 1.0], "blend_alpha": 0.05})
+    algo = AdaFGL(_setting(cfg), cfg.algorithm.options)
+    rs = RoundState(BLEND, 0, 3, (0, 1, 2), {}, 1)
+    z = blend_test_z(0.05, 2)  # two weights tested against the extractor
+    assert z == pytest.approx(1.959964, abs=1e-6)  # Phi^-1(1 - 0.025)
+
+    def choose(correct: list[int], discordant: list[int]) -> float:
+        sums = {"blend.val_correct": torch.tensor(correct), "blend.val_discordant": torch.tensor(discordant)}
+        return float(algo.server_step({}, Sums(sums, num_contributors=3), rs)["blend.weight"][0])
+
+    # 0.5 leads by 10 with 30 discordant nodes: 10 < 1.96 * sqrt(30) = 10.7, so the extractor stays
+    assert choose([90, 110, 100], [40, 30, 0]) == 1.0
+    # the same lead with 25 discordant nodes passes (10 > 9.8); the plain maximum would also take 0.5
+    assert choose([90, 110, 100], [40, 25, 0]) == 0.5
+    # the most counts fails (20 < 1.96 * sqrt(400)) but 0.5 passes: the best qualifying weight wins
+    assert choose([120, 110, 100], [400, 25, 0]) == 0.5
+    server: dict = {}
+    algo.server_step(
+        server,
+        Sums(
+            {
+                "blend.val_correct": torch.tensor([90, 110, 100]),
+                "blend.val_discordant": torch.tensor([40, 30, 0]),
+            },
+            num_contributors=3,
+        ),
+        rs,
+    )
+    assert server["blend"] == {
+        "weight": 1.0,
+        "val_correct": {0.0: 90, 0.5: 110, 1.0: 100},
+        "val_discordant": {0.0: 40, 0.5: 30, 1.0: 0},
+        "z": z,
+    }
+    assert [b.name for b in algo.schema(rs).blocks] == ["blend.val_correct", "blend.val_discordant"]
+
+
+def test_blend_alpha_sums_each_clients_discordant_counts_securely(monkeypatch) -> None:
+    uploads: dict[int, torch.Tensor] = {}
+    real = AdaFGL.blend_discordant
+
+    def record(self, client):
+        uploads[client.id] = out = real(self, client)
+        return out
+
+    monkeypatch.setattr(AdaFGL, "blend_discordant", record)
+    options = {"blend": "select", "blend_alpha": 0.05, "extractor": "last"}
+    sec, counts = _run("secagg", options, monkeypatch)
+    report = sec.report["adafgl_blend"]
+    assert sorted(uploads) == [0, 1, 2]
+    total = torch.stack(list(uploads.values())).sum(dim=0).tolist()
+    assert list(report["val_discordant"].values()) == total
+    assert report["val_discordant"][1.0] == 0  # the extractor never disagrees with itself
+    correct = torch.stack(list(counts.values())).sum(dim=0).tolist()
+    grid = list(report["val_correct"])
+    # a lead over the extractor needs at least that many discordant nodes
+    assert all(d >= abs(c - correct[-1]) for d, c in zip(total, correct, strict=True))
+    passing = [
+        i for i in range(len(grid) - 1) if correct[i] - correct[-1] > report["z"] * math.sqrt(total[i])
+    ]
+    expected = grid[max(passing, key=lambda i: (correct[i], -i))] if passing else 1.0
+    assert report["weight"] == expected
+    pla, _ = _run("plaintext", options)
+    assert pla.report["adafgl_blend"] == report
+    assert pla.final.overall["test_acc"] == sec.final.overall["test_acc"]
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"blend_alpha": 0.0}, r"blend_alpha=0.0 is out of range; valid: \(0, 1\)"),
+        ({"blend_alpha": 1.5}, r"blend_alpha=1.5 is out of range"),
+        ({"blend_alpha": 0.05, "blend_grid": (0.0, 0.5)}, r"needs the extractor's weight 1.0"),
+        ({"blend_alpha": 0.05, "blend_grid": (1.0,)}, r"needs the extractor's weight 1.0 and another weight"),
+    ],
+)
+def test_bad_blend_alpha_is_refused(options: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         AdaFGLOptions(**options)

@@ -48,7 +48,14 @@ prediction :math:`(1-\gamma)\hat Y + \gamma\hat P`, from one secure sum of per-c
     \gamma = \gamma_{g^*},\ g^* = \arg\max_g \textstyle\sum_i c_{i,g}
 
 Pooling the validation nodes of every client is what makes the choice reliable; a per-client choice on a
-client's own validation nodes (``fallback="extractor"``) was measured to be too noisy to help.
+client's own validation nodes (``fallback="extractor"``) was measured to be too noisy to help. With
+``blend_alpha`` the server keeps the extractor (:math:`\gamma = 1`) unless a weight beats it by more than the
+counts' noise (a one-sided McNemar test on the pooled validation nodes, from a second count sum
+:math:`d_g = \sum_i d_{i,g}`, the nodes on which exactly one of blend :math:`g` and the extractor is right):
+
+.. math::
+    G = \{g : \textstyle\sum_i c_{i,g} - \sum_i c_{i,1} > z\sqrt{d_g}\}, \qquad
+    g^* = \arg\max_{g \in G} \textstyle\sum_i c_{i,g}\ \ (\gamma = 1 \text{ if } G = \emptyset)
 
 Step 2 trains the K clients' personalised models together (batched over clients, each with its own
 parameters, optimiser state, HCS and best epoch) when ``train.batched`` is on, and one client at a time
@@ -93,7 +100,8 @@ class AdaFGL(AdaFGLServer, AdaFGLClient, FedAvg):
     Phases: ``federated`` (``train.rounds`` rounds of FedAvg through the protocol; uploads
     :math:`n_k \mathrm{clip}_B(W_k)` per parameter tensor and the count :math:`n_k`) and ``personalize``
     (local only, no sum: the engine calls no protocol, so its transcript is empty), and with ``blend="select"``
-    ``blend`` (one round, every client; uploads the count vector ``blend.val_correct``). Evaluation in the
+    ``blend`` (one round, every client; uploads the count vector ``blend.val_correct``, and with ``blend_alpha``
+    ``blend.val_discordant``). Evaluation in the
     federated phase scores the extractor (the FedAvg global model); the final metrics are those of the
     personalised predictions :math:`\hat Y` (returned as :math:`\log\hat Y`).
 
@@ -122,7 +130,10 @@ class AdaFGL(AdaFGLServer, AdaFGLClient, FedAvg):
         max_clients = max(self.setting.max_clients_per_round, len(rs.clients))
         if rs.phase == BLEND:
             return blend_schema(
-                len(self.options.blend_grid), count_bound=self.setting.count_bound, max_clients=max_clients
+                len(self.options.blend_grid),
+                count_bound=self.setting.count_bound,
+                max_clients=max_clients,
+                discordant=self.options.blend_alpha is not None,
             )
         return extractor_schema(
             rs.broadcast,

@@ -45,7 +45,7 @@ class AdaFGLClient(FedAvgClient):
         """FedAvg's client step with the weight of eq. (4): ``{w.<param>: n_k clip_B(W_k), n: n_k}``; in the
         blend phase, ``{blend.val_correct: counts}`` (:meth:`blend_counts`)."""
         if rs.phase == BLEND:
-            return {c.id: {"blend.val_correct": self.blend_counts(c)} for c in clients}
+            return {c.id: self._blend_upload(c) for c in clients}
         glob = {n: v.to(clients[0].device) for n, v in rs.broadcast.items()}
         res = self._train(clients, glob, self.setting.train.local_epochs, None, f"{self.name}.train")
         weights = [self._weight(c) for c in clients]
@@ -109,13 +109,30 @@ class AdaFGLClient(FedAvgClient):
 
     # ------------------------------------------------------------------ blend ------------------------------
 
+    def _blend_upload(self, client: Client) -> dict[str, torch.Tensor]:
+        out = {"blend.val_correct": self.blend_counts(client)}
+        if self.options.blend_alpha is not None:
+            out["blend.val_discordant"] = self.blend_discordant(client)
+        return out
+
     def blend_counts(self, client: Client) -> torch.Tensor:
         r"""How many of the client's validation nodes :math:`(1-\gamma)\hat Y + \gamma\hat P` gets right, for
         every :math:`\gamma` of ``blend_grid``: an ``int64`` vector (the blend phase's upload)."""
+        right = self._val_right(client)
+        return torch.tensor([int(r.sum()) for r in right], dtype=torch.int64)
+
+    def blend_discordant(self, client: Client) -> torch.Tensor:
+        r"""For every :math:`\gamma` of ``blend_grid``, how many of the client's validation nodes exactly one of
+        that blend and the extractor (:math:`\gamma = 1`) gets right: an ``int64`` vector (``blend_alpha``)."""
+        right = self._val_right(client)
+        ref = right[self.options.blend_grid.index(1.0)]
+        return torch.tensor([int((r ^ ref).sum()) for r in right], dtype=torch.int64)
+
+    def _val_right(self, client: Client) -> list[torch.Tensor]:
+        """Per grid weight, the boolean vector of the client's validation nodes that blend gets right."""
         st = _step2_state(client)
         y, val = client.data.y.long(), client.data.val_mask
-        counts = [int(((_blend(st, g).argmax(dim=1) == y) & val).sum()) for g in self.options.blend_grid]
-        return torch.tensor(counts, dtype=torch.int64)
+        return [((_blend(st, g).argmax(dim=1) == y) & val) for g in self.options.blend_grid]
 
     # ------------------------------------------------------------------ evaluation -------------------------
 

@@ -8,6 +8,8 @@ Step 1 uploads FedAvg's weighted-weights blocks
 With ``blend="select"`` a last phase of one round sums ``blend.val_correct``: for every weight
 :math:`\gamma_g` of the public grid, how many of client :math:`i`'s validation nodes the blend
 :math:`(1-\gamma_g)\hat Y_i + \gamma_g \hat P_i` gets right (a count vector, each entry at most :math:`|V_i|`).
+With ``blend_alpha`` set it also sums ``blend.val_discordant``: for every :math:`\gamma_g`, the validation nodes on
+which exactly one of that blend and the extractor (:math:`\gamma = 1`) is right (McNemar's discordant pairs).
 """
 
 from __future__ import annotations
@@ -31,9 +33,12 @@ def extractor_schema(
     )
 
 
-def blend_schema(grid_size: int, *, count_bound: int, max_clients: int) -> SumSchema:
-    """The blend phase's sum: ``blend.val_correct``, one validation count per grid weight."""
+def blend_schema(
+    grid_size: int, *, count_bound: int, max_clients: int, discordant: bool = False
+) -> SumSchema:
+    """The blend phase's sum: ``blend.val_correct``, one validation count per grid weight, and with
+    ``discordant`` ``blend.val_discordant`` (the same shape; ``blend_alpha``'s test)."""
+    names = ["blend.val_correct", *(["blend.val_discordant"] if discordant else [])]
     return SumSchema(
-        [BlockSpec("blend.val_correct", (grid_size,), kind="count", bound=count_bound)],
-        max_clients=max_clients,
+        [BlockSpec(n, (grid_size,), kind="count", bound=count_bound) for n in names], max_clients=max_clients
     )

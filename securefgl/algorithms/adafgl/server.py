@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from statistics import NormalDist
 from typing import Any
 
 import torch
@@ -14,10 +15,16 @@ from securefgl.algorithms.base import Broadcast, Phase, RoundState
 from securefgl.algorithms.baselines.fedavg.server import FedAvgServer
 from securefgl.protocols.base import Sums
 
-__all__ = ["AdaFGLServer"]
+__all__ = ["AdaFGLServer", "blend_test_z"]
 
 #: The broadcast key of the chosen blend weight.
 BLEND_WEIGHT = "blend.weight"
+
+
+def blend_test_z(alpha: float, alternatives: int) -> float:
+    r"""The one-sided McNemar threshold of ``blend_alpha``: :math:`z = \Phi^{-1}(1 - \alpha / m)` for the
+    :math:`m` weights tested against the extractor (Bonferroni, so that the family's level is :math:`\alpha`)."""
+    return NormalDist().inv_cdf(1.0 - alpha / max(alternatives, 1))
 
 
 class AdaFGLServer(FedAvgServer):
@@ -30,15 +37,28 @@ class AdaFGLServer(FedAvgServer):
 
     def server_step(self, server: dict[str, Any], sums: Sums, rs: RoundState) -> Broadcast:
         r"""FedAvg's step in step 1; in the blend phase, :math:`\gamma = ` the grid weight with the most pooled
-        validation nodes right (the first wins ties), broadcast as ``blend.weight``."""
+        validation nodes right (the first wins ties), broadcast as ``blend.weight``; with ``blend_alpha``, the
+        most among the weights that pass the test against the extractor (:func:`blend_test_z`), else 1."""
         if rs.phase != BLEND:
             return super().server_step(server, sums, rs)
         counts = [int(v) for v in sums["blend.val_correct"].tolist()]
         grid = self.options.blend_grid
-        best = max(range(len(grid)), key=lambda g: (counts[g], -g))
+        report: dict[str, Any] = {}
+        candidates = list(range(len(grid)))
+        alpha = self.options.blend_alpha
+        if alpha is not None:
+            discordant = [int(v) for v in sums["blend.val_discordant"].tolist()]
+            ref = grid.index(1.0)
+            z = blend_test_z(alpha, len(grid) - 1)
+            candidates = [ref] + [
+                g for g in candidates if g != ref and counts[g] - counts[ref] > z * math.sqrt(discordant[g])
+            ]
+            report = {"val_discordant": dict(zip(map(float, grid), discordant, strict=True)), "z": z}
+        best = max(candidates, key=lambda g: (counts[g], -g))
         server["blend"] = {
             "weight": float(grid[best]),
             "val_correct": dict(zip(map(float, grid), counts, strict=True)),
+            **report,
         }
         return {BLEND_WEIGHT: torch.tensor([float(grid[best])], dtype=torch.float64)}
 
