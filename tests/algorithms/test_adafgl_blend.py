@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from securefgl.algorithms.adafgl import BLEND, STEP1, STEP2, AdaFGL, AdaFGLOptions
+from securefgl.algorithms.adafgl.client import split_validation
 from securefgl.algorithms.adafgl.server import blend_test_z
 from securefgl.algorithms.base import RoundState, Setting
 from securefgl.config import RunConfig, build
@@ -219,5 +220,57 @@ def test_blend_alpha_sums_each_clients_discordant_counts_securely(monkeypatch) -
     ],
 )
 def test_bad_blend_alpha_is_refused(options: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        AdaFGLOptions(**options)
+
+
+def test_split_validation_holds_out_a_fixed_share_of_each_clients_validation_nodes() -> None:
+    val = torch.zeros(50, dtype=torch.bool)
+    val[torch.arange(3, 50, 2)] = True  # 24 validation nodes
+    sel, held = split_validation(val, 0.5, client=4)
+    assert int(held.sum()) == 12 and int(sel.sum()) == 12
+    assert not (sel & held).any() and torch.equal(sel | held, val)
+    again, held_again = split_validation(val, 0.5, client=4)
+    assert torch.equal(held, held_again) and torch.equal(sel, again)  # a fixed draw: no run seed involved
+    assert not torch.equal(held, split_validation(val, 0.5, client=5)[1])  # each client has its own draw
+    one = torch.zeros(5, dtype=torch.bool)
+    one[2] = True
+    assert torch.equal(split_validation(one, 0.5, client=0)[0], one)  # a lone node stays with the selection
+    two = one.clone()
+    two[4] = True
+    for fraction in (0.01, 0.99):  # each part keeps one node
+        s, h = split_validation(two, fraction, client=0)
+        assert int(s.sum()) == 1 and int(h.sum()) == 1
+
+
+def test_blend_holdout_counts_only_the_held_out_validation_nodes(monkeypatch) -> None:
+    options = {"blend": "select", "blend_holdout": 0.5, "extractor": "last"}
+    sec, uploads = _run("secagg", options, monkeypatch)
+    fg = _fed_graph()
+    for cid, counts in uploads.items():
+        held = split_validation(fg.clients[cid].val_mask, 0.5, cid)[1]
+        assert int(counts.max()) <= int(held.sum()) < int(fg.clients[cid].val_mask.sum())
+    report = sec.report["adafgl_blend"]
+    assert list(report["val_correct"].values()) == torch.stack(list(uploads.values())).sum(dim=0).tolist()
+    pla, _ = _run("plaintext", options)
+    assert pla.report["adafgl_blend"] == report
+    assert pla.final.overall["test_acc"] == sec.final.overall["test_acc"]
+    # the paper's prediction changes too: step 2 now picks its epochs on the selection half only
+    full, _ = _run("plaintext", {"blend": "select", "extractor": "last"})
+    step2 = [next(e for e in r.evals if e.phase == STEP2) for r in (pla, full)]
+    assert step2[0].overall["val_acc"] != step2[1].overall["val_acc"]
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (
+            {"blend": "select", "blend_holdout": 1.0},
+            r"blend_holdout=1.0 is out of range; valid: \(0, 1\) or None",
+        ),
+        ({"blend": "none", "blend_holdout": 0.5}, r"blend_holdout=0.5 needs blend='select' \(got 'none'\)"),
+    ],
+)
+def test_bad_blend_holdout_is_refused(options: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         AdaFGLOptions(**options)

@@ -69,16 +69,19 @@ class AdaFGLClient(FedAvgClient):
         model = self.setting.make_model(generator=torch.Generator().manual_seed(0))  # structure only
         glob = {n: v.to(clients[0].device) for n, v in broadcast.items()}
         logits = predict_shared(model, glob, clients)
-        prepared = []
+        prepared, held = [], {}
         for c in clients:
             d = c.data
             z = logits[c.id].detach().float()
+            val = d.val_mask
+            if self.options.blend_holdout is not None:
+                val, held[c.id] = split_validation(d.val_mask, self.options.blend_holdout, c.id)
             prepared.append(
                 prepare_client(
                     d.x.float(),
                     d.edge_index,
                     d.y,
-                    (d.train_mask, d.val_mask, d.test_mask),
+                    (d.train_mask, val, d.test_mask),
                     torch.softmax(z, dim=1),
                     z,
                     self.options,
@@ -105,6 +108,7 @@ class AdaFGLClient(FedAvgClient):
                 "similarity_edges": res.similarity_edges,
                 "dense_message_passing": res.dense_message_passing,
                 "fell_back": res.fell_back,
+                **({"blend_val_mask": held[c.id]} if c.id in held else {}),
             }
 
     # ------------------------------------------------------------------ blend ------------------------------
@@ -129,9 +133,10 @@ class AdaFGLClient(FedAvgClient):
         return torch.tensor([int((r ^ ref).sum()) for r in right], dtype=torch.int64)
 
     def _val_right(self, client: Client) -> list[torch.Tensor]:
-        """Per grid weight, the boolean vector of the client's validation nodes that blend gets right."""
+        """Per grid weight, the boolean vector of the client's validation nodes that blend gets right (with
+        ``blend_holdout``, of the nodes held out of step 2's epoch selection)."""
         st = _step2_state(client)
-        y, val = client.data.y.long(), client.data.val_mask
+        y, val = client.data.y.long(), st.get("blend_val_mask", client.data.val_mask)
         return [((_blend(st, g).argmax(dim=1) == y) & val) for g in self.options.blend_grid]
 
     # ------------------------------------------------------------------ evaluation -------------------------
@@ -161,6 +166,23 @@ class AdaFGLClient(FedAvgClient):
             rep["similarity_edges"] = st["similarity_edges"]
             rep["step2_fell_back_to_extractor"] = st.get("fell_back", False)
         return rep
+
+
+#: Seeds the fixed draw of each client's held-out validation nodes (``blend_holdout``), offset by the client id.
+HOLDOUT_SEED = 27
+
+
+def split_validation(val: torch.Tensor, fraction: float, client: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(selection, held out)``: ``round(fraction * |val|)`` of the validation nodes, drawn once per client from
+    a fixed seed (a public draw, like the data split: it does not change with the run's seed), held out of
+    step 2's epoch selection; each part keeps at least one node when there are two or more."""
+    idx = val.nonzero().flatten()
+    n = idx.numel()
+    k = min(max(round(fraction * n), 1), n - 1) if n >= 2 else 0
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(HOLDOUT_SEED + client))
+    held = torch.zeros_like(val)
+    held[idx[order[:k]].to(val.device)] = True
+    return val & ~held, held
 
 
 def _step2_state(client: Client) -> dict[str, Any]:
