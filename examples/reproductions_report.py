@@ -612,8 +612,9 @@ HETEROPHILOUS_TOLERANCE = 4.0
 
 
 def paired(a: Sequence[float], b: Sequence[float]) -> str:
-    """Mean of ``a - b`` over paired seeds, with its 95 % t confidence interval."""
-    diff = [x - y for x, y in zip(a, b, strict=True)]
+    """Mean of ``a - b`` over paired seeds, with its 95 % t confidence interval (differences below 1e-9 points,
+    the rounding of two pooled ratios of the same predictions, count as 0)."""
+    diff = [0.0 if abs(x - y) < 1e-9 else x - y for x, y in zip(a, b, strict=True)]
     m, s = mean_std(diff)
     if len(diff) < 2:
         return f"{m:+.1f}"

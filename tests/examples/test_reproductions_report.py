@@ -390,6 +390,14 @@ def test_the_heterophilous_table_pairs_runs_by_seed(report) -> None:
     assert report.adafgl_baseline_rows([{"cells": [{**cell, "dataset": "cora"}]}]) == []
 
 
+def test_identical_predictions_pair_to_exactly_zero(report) -> None:
+    """Two pooled ratios of the same predictions can differ in the last bit; the difference reads +0.0."""
+    assert report.paired([48.20350795782054, 47.37349347022761], [48.20350795782059, 47.37349347022765]) == (
+        "+0.0 [+0.0, +0.0]"
+    )
+    assert report.paired([48.0, 47.0], [47.5, 47.5]) == "+0.0 [-6.4, +6.4]"
+
+
 def test_a_one_client_cell_is_labelled_and_kept_out_of_the_federated_comparison(
     report, tmp_path: Path
 ) -> None:

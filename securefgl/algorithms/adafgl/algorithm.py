@@ -57,6 +57,11 @@ counts' noise (a one-sided McNemar test on the pooled validation nodes, from a s
     G = \{g : \textstyle\sum_i c_{i,g} - \sum_i c_{i,1} > z\sqrt{d_g}\}, \qquad
     g^* = \arg\max_{g \in G} \textstyle\sum_i c_{i,g}\ \ (\gamma = 1 \text{ if } G = \emptyset)
 
+With ``blend_holdout`` the counts are taken on a fixed share of each client's validation nodes that step 2's
+epoch selection never sees: each client keeps every blend at its own best epoch, chosen on about 150 nodes,
+which lifts the blends' validation counts above the extractor's (that has no epoch to pick) by several points
+that do not carry over to test (issue 27, Actor structure non-iid at 60/20/20).
+
 Step 2 trains the K clients' personalised models together (batched over clients, each with its own
 parameters, optimiser state, HCS and best epoch) when ``train.batched`` is on, and one client at a time
 (a batch of one, through the same training loop) otherwise; clients above ``dense_max_nodes`` always run
