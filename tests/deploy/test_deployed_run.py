@@ -193,10 +193,13 @@ def test_other_algorithms_deployed_are_bit_identical(cora_root, tmp_path, algori
     assert got.final is not None and got.final.overall == ref.final.overall
 
 
-def test_deployed_adafgl_blend_is_bit_identical(cora_root, tmp_path) -> None:
-    """AdaFGL's blend phase (its last secure sum picks the extractor's weight) deployed gives the simulation's run."""
+@pytest.mark.parametrize("extra", [{}, {"blend_alpha": 0.05, "blend_holdout": 0.5}])
+def test_deployed_adafgl_blend_is_bit_identical(cora_root, tmp_path, extra) -> None:
+    """AdaFGL's blend phase (its last secure sum picks the extractor's weight; with ``blend_alpha`` a second count
+    vector, with ``blend_holdout`` counts on held-out nodes) deployed gives the simulation's run."""
     raw = to_dict(_config(cora_root))
-    raw["algorithm"] = {"name": "adafgl", "options": {"blend": "select", "epochs": 5, "dropout": 0.0}}
+    options = {"blend": "select", "epochs": 5, "dropout": 0.0, **extra}
+    raw["algorithm"] = {"name": "adafgl", "options": options}
     config = RunConfig.from_mapping(raw)
     ref = securefgl.run(config).seeds[0]
     got = DeployedRun(config, 0, LoopbackTransport(_halves(config, tmp_path))).execute()
