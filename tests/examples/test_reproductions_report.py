@@ -172,6 +172,37 @@ def test_collect_and_render_fedspray(report, tmp_path: Path) -> None:
     assert page.count("Figures (no saved result yet)") == 4
 
 
+def test_collect_and_render_the_fedspray_claim(report, tmp_path: Path) -> None:
+    """A reproduce_fedspray.py claim.json (keys carry the method): minority accuracy of the three methods and
+    FedSpray's gaps paired by seed, only over the seeds all three ran; kept out of the table's rows."""
+    s0 = ([0.9, 0.8, 0.85], [0.5, 0.7, 0.6], [0.6, 0.7, 0.72])  # val_loss round 1: 70, minority 50
+    s1 = ([0.9, 0.7, 0.8], [0.5, 0.6, 0.8], [0.6, 0.66, 0.75])  # val_loss round 1: 66, val_acc round 2: 75
+    low = ([0.9, 0.8, 0.85], [0.5, 0.7, 0.6], [0.5, 0.6, 0.62])  # round 1: 60, minority 40
+    claim = {
+        "Cora|louvain|fedspray|secagg|fedspray-code|100": [_fedspray_row(0, *s0), _fedspray_row(1, *s1)],
+        "Cora|louvain|fedavg|secagg|-|100": [_fedspray_row(0, *low), _fedspray_row(1, *low)],
+        "Cora|louvain|local|plaintext|-|100": [_fedspray_row(0, *low), _fedspray_row(2, *low)],
+    }
+    path = tmp_path / "claim.json"
+    path.write_text(json.dumps(claim))
+    res = tmp_path / "reproductions"
+    args = ["collect", "--paper", "fedspray", "--name", "c", "--machine", "box", "--command", "go"]
+    report.main([*args, "--dir", str(res), str(path)])
+    rec = json.loads((res / "fedspray" / "c.json").read_text())
+    assert {c["method"]: c["protocol"] for c in rec["cells"]} == {
+        "fedspray": "secagg",
+        "fedavg": "secagg",
+        "local": "plaintext",
+    }
+    page = report.render(res)
+    assert (
+        "| Cora | louvain (FedSpray's style) | `val_loss` | 50.00 ± 0.00 | 40.00 ± 0.00 | 40.00 ± 0.00 | "
+        "10.00 ± 0.00 | 10.00 ± 0.00 | 70.00 / 60.00 / 60.00 | secagg/secagg/plaintext | 0 |"
+    ) in page
+    assert "| Cora | louvain (FedSpray's style) | `val_acc` | 50.00 ± 0.00 |" in page
+    assert "| Cora | louvain (" not in page.split("FedSpray's minority-node claim (`claim`)")[0]
+
+
 def _opfgl_out(path: Path, protocol: str, seeds: list[int], acc: float) -> Path:
     """A reproduce_opfgl.py ``--out`` file (fractions; one record per seed, the partition's statistics)."""
     runs = [
