@@ -197,7 +197,7 @@ def test_collect_and_render_the_fedspray_claim(report, tmp_path: Path) -> None:
     page = report.render(res)
     assert (
         "| Cora | louvain (FedSpray's style) | `val_loss` | 50.00 ± 0.00 | 40.00 ± 0.00 | 40.00 ± 0.00 | "
-        "10.00 ± 0.00 | 10.00 ± 0.00 | 70.00 / 60.00 / 60.00 | secagg/secagg/plaintext | 0 |"
+        "+10.00 ± 0.00 | +10.00 ± 0.00 | 70.00 / 60.00 / 60.00 | secagg/secagg/plaintext | 0 |"
     ) in page
     assert "| Cora | louvain (FedSpray's style) | `val_acc` | 50.00 ± 0.00 |" in page
     assert "| Cora | louvain (" not in page.split("FedSpray's minority-node claim (`claim`)")[0]
