@@ -40,6 +40,8 @@ from typing import Any
 
 from scipy.stats import t as student_t
 
+from securefgl.experiments.claims import CLAIM_SEEN_TOLERANCE, claim_verdicts
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "reproductions"
 PAGE = ROOT / "REPRODUCTIONS.md"
@@ -50,7 +52,8 @@ PAPERS: dict[str, dict[str, Any]] = {
         "title": "O-pFGL (Cora / CiteSeer, louvain+ and metis+, 10 clients)",
         "script": "examples/reproduce_opfgl.py",
         "docstring": ("The paper's own partitions", None),
-        "quote_label": "Figures for all four cells (earlier runs on O-pFGL's own partitions, not saved results)",
+        "quote_label": "Figures with the FedAvg and Standalone baselines (earlier runs on O-pFGL's own partitions, "
+        "not saved results)",
     },
     "fedspray": {
         "title": "FedSpray (O-pFGL's third-party table; FedSpray's minority-node claim)",
@@ -123,11 +126,10 @@ TOLERANCE = 2.5
 #: every number they cite is in a table of the same section).
 NOTES: dict[str, list[str]] = {
     "opfgl": [
-        "Saved: only the Cora cells in the table, on O-pFGL's own partitions (the targets' partitions, replayed by "
-        "`examples/opfgl_reference_partition.py` in a separate python-louvain + scikit-learn 1.2 environment), for "
-        "the seeds listed: one O-pFGL seed takes minutes on the shared 2-core sandbox, so the other cells, the "
-        "other seeds and the FedAvg / Standalone baselines were not run for this page; their figures are the "
-        "docstring's, quoted below.",
+        "Saved: the four O-pFGL cells of the table, on O-pFGL's own partitions (the targets' partitions, replayed "
+        "by `examples/opfgl_reference_partition.py` in a separate python-louvain + scikit-learn 1.2 environment), "
+        "seeds 0-2, secagg and plaintext. The FedAvg and Standalone baselines were not run for this page "
+        "(`--fedavg-rounds 0`); their figures are the docstring's, quoted below.",
     ],
     "fedspray": [
         "The table above was measured on this repository's own louvain+ / metis+ draws, not on O-pFGL's own "
@@ -429,35 +431,108 @@ def read_opfgl(paths: Iterable[Path]) -> list[dict[str, Any]]:
     return out
 
 
+#: The accuracies of a reproduce_fedlog.py ``claim`` row (fractions, or ``None`` where undefined).
+FEDLOG_CLAIM_METRICS = ("seen_test", "unseen_node", "missing_class", "new_client")
+#: The settings of a ``claim`` run that must agree between files filed into one record (the script's merge keys
+#: and what changes a figure: the classifier and the rounds).
+FEDLOG_CLAIM_SETTINGS = (
+    "missing_per_client",
+    "min_missing_nodes",
+    "hops",
+    "rounds",
+    "protocol",
+    "classifier_mode",
+)
+
+
+def _fedlog_claim_label(args: dict[str, Any], method: str) -> str:
+    """A claim row's method as the script's ``report`` labels it: ``fedlog`` or ``fedlog-nopg`` by prompt mode."""
+    if method != "fedlog":
+        return method
+    return "fedlog" if args.get("prompt_mode", "paper") == "paper" else "fedlog-nopg"
+
+
 def read_fedlog(paths: Iterable[Path]) -> list[dict[str, Any]]:
-    """reproduce_fedlog.py ``table`` files (``--out``): one cell per (dataset, partition, protocol), its seeds'
-    test accuracy (fraction) at the best-validation round, and their time."""
-    cells: dict[tuple[str, str, str], dict[str, Any]] = {}
+    """reproduce_fedlog.py ``table`` and ``claim`` files (``--out``), or records ``collect`` wrote earlier.
+
+    ``table``: one cell per (dataset, partition, protocol), its seeds' test accuracy (fraction) at the
+    best-validation round, and their time. ``claim``: one cell per (dataset, K, method), carrying ``clients``,
+    its seeds' four accuracies at FedLoG's best round and their time; FedLoG cells are labelled by prompt mode
+    (``fedlog``, ``fedlog-nopg``), and ``fedavg-local`` (a second view of the ``fedavg`` runs) is marked
+    ``same_run_as`` so its time is not counted twice. Claim files must share :data:`FEDLOG_CLAIM_SETTINGS`.
+    """
+    cells: dict[tuple[Any, ...], dict[str, Any]] = {}
+    settings: dict[tuple[Any, ...], list[str]] = {}
     for path in paths:
         data = json.loads(Path(path).read_text())
-        if data.get("args", {}).get("experiment") != "table":
-            raise SystemExit(f"collect: {path} is not a reproduce_fedlog.py 'table' result")
-        mode = data["args"].get("classifier_mode")
+        if "cells" in data and data.get("paper") == "fedlog":  # a saved record: its cells as they are
+            for cell in data["cells"]:
+                key = _fedlog_key(cell)
+                into = cells.setdefault(key, {**cell, "runs": []})
+                seen = {r["seed"] for r in into["runs"]}
+                into["runs"] += [r for r in cell["runs"] if r["seed"] not in seen]
+                if "clients" in cell:
+                    settings.setdefault(tuple(cell["settings"][k] for k in FEDLOG_CLAIM_SETTINGS), []).append(
+                        str(path)
+                    )
+            continue
+        args = data.get("args", {})
+        kind = args.get("experiment")
+        if kind not in ("table", "claim"):
+            raise SystemExit(f"collect: {path} is not a reproduce_fedlog.py 'table' or 'claim' result")
+        mode = args.get("classifier_mode")
+        if kind == "claim":
+            stored = {k: args.get(k) for k in FEDLOG_CLAIM_SETTINGS}
+            settings.setdefault(tuple(stored.values()), []).append(str(path))
         for row in data["rows"]:
-            key = (row["dataset"], row["partition"], row["protocol"])
-            cell = cells.setdefault(
-                key,
-                {
-                    "dataset": key[0],
-                    "partition": key[1],
-                    "protocol": key[2],
-                    "classifier_mode": mode,
-                    "runs": [],
-                },
-            )
-            if row["seed"] not in {r["seed"] for r in cell["runs"]}:
-                cell["runs"].append(
-                    {"seed": row["seed"], "test_acc": row["test_acc"] / 100, "seconds": row["seconds"]}
+            if kind == "table":
+                cell = cells.setdefault(
+                    (row["dataset"], row["partition"], row["protocol"]),
+                    {
+                        "dataset": row["dataset"],
+                        "partition": row["partition"],
+                        "protocol": row["protocol"],
+                        "classifier_mode": mode,
+                        "runs": [],
+                    },
                 )
+                run = {"seed": row["seed"], "test_acc": row["test_acc"] / 100, "seconds": row["seconds"]}
+            else:
+                method = _fedlog_claim_label(args, row["method"])
+                cell = cells.setdefault(
+                    (row["dataset"], row["clients"], method),
+                    {
+                        "dataset": row["dataset"],
+                        "clients": row["clients"],
+                        "method": method,
+                        "protocol": args.get("protocol"),
+                        "classifier_mode": mode,
+                        "settings": stored,
+                        "runs": [],
+                    },
+                )
+                if method == "fedavg-local":
+                    cell["same_run_as"] = "fedavg"
+                run = {k: row[k] for k in (*FEDLOG_CLAIM_METRICS, "round", "seed", "seconds")}
+            if row["seed"] not in {r["seed"] for r in cell["runs"]}:
+                cell["runs"].append(run)
+    if len(settings) > 1:
+        lines = "\n".join(
+            f"  {dict(zip(FEDLOG_CLAIM_SETTINGS, k, strict=True))}: {', '.join(v)}"
+            for k, v in settings.items()
+        )
+        raise SystemExit(f"collect: the claim files were measured on different settings:\n{lines}")
     out = list(cells.values())
     for cell in out:
         cell["runs"].sort(key=lambda r: r["seed"])
     return out
+
+
+def _fedlog_key(cell: dict[str, Any]) -> tuple[Any, ...]:
+    """A FedLoG cell's identity: (dataset, partition, protocol) in the table, (dataset, K, method) in the claim."""
+    if "clients" in cell:
+        return (cell["dataset"], cell["clients"], cell["method"])
+    return (cell["dataset"], cell["partition"], cell["protocol"])
 
 
 def read_libraries(paths: Iterable[Path]) -> list[dict[str, Any]]:
@@ -797,9 +872,12 @@ def fedlog_rows(records: Sequence[dict[str, Any]]) -> list[str]:
     ]
     footer: list[str] = []  # run-time lines go under the table, not between its rows
     for rec in records:
+        if all("clients" in cell for cell in rec["cells"]):
+            continue  # a claim record: fedlog_claim_rows
         groups: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
         for cell in rec["cells"]:
-            groups.setdefault((cell["dataset"], cell["partition"]), {})[cell["protocol"]] = cell
+            if "clients" not in cell:
+                groups.setdefault((cell["dataset"], cell["partition"]), {})[cell["protocol"]] = cell
         for (ds, part), by_proto in groups.items():
             sec = by_proto.get("secagg", {}).get("runs", [])
             pla = by_proto.get("plaintext", {}).get("runs", [])
@@ -832,7 +910,7 @@ def fedlog_rows(records: Sequence[dict[str, Any]]) -> list[str]:
 
 def _run_time(rec: dict[str, Any]) -> list[str]:
     """The line under a table: the result file's total run time and the machine it ran on."""
-    total = sum(r["seconds"] for cell in rec["cells"] for r in cell["runs"])
+    total = sum(r["seconds"] for cell in rec["cells"] if "same_run_as" not in cell for r in cell["runs"])
     return ["", f"Run time of `{rec['_file']}`: {total / 60:.0f} min in all, on: {rec['machine']}."]
 
 
@@ -976,6 +1054,73 @@ def fedspray_claim_rows(records: Sequence[dict[str, Any]]) -> list[str]:
     return lines + footer
 
 
+def fedlog_claim_rows(records: Sequence[dict[str, Any]]) -> list[str]:
+    """FedLoG's generalisation claim: the four accuracies of every method per (dataset, K), then the claim's
+    verdict per (dataset, K) and FedLoG variant against each FedAvg view (:func:`claim_verdicts`)."""
+    lines: list[str] = []
+    footer: list[str] = []
+    for rec in records:
+        cells = [c for c in rec["cells"] if "clients" in c]
+        if not cells:
+            continue
+        if not lines:
+            lines = [
+                "FedLoG's generalisation claim (`claim`, FedLoG's own partition: LCC, Metis into K+1 parts, the "
+                "held-out New Client, missing tail classes, 40/30/30 split): test accuracy (%, mean ± population "
+                "std over seeds) on the Seen Graph, Unseen Nodes, Missing Classes and the New Client, every method "
+                "at the round with the best Seen-Graph validation accuracy. `fedavg` is FedAvg's aggregated model, "
+                "`fedavg-local` its post-update local models (how the paper's FedAvg code scores it); "
+                "`fedlog-nopg` is the w/o-prompt-generator ablation. The claim: Missing Class and New Client above "
+                f"FedAvg and Local, Seen Graph at most {CLAIM_SEEN_TOLERANCE:g} point below FedAvg.",
+                "",
+                "| dataset | K | method | Seen Graph | Unseen Node | Missing Class | New Client | protocol | seeds | "
+                "s / run | result file |",
+                "|---|---|---|---|---|---|---|---|---|---|---|",
+            ]
+        order = ("fedlog", "fedlog-nopg", "fedavg", "fedavg-local", "local")
+        cells.sort(
+            key=lambda c: (
+                c["dataset"],
+                c["clients"],
+                order.index(c["method"]) if c["method"] in order else 9,
+            )
+        )
+        for c in cells:
+            metrics = " | ".join(
+                _pop([100 * r[m] for r in c["runs"] if r[m] is not None]) for m in FEDLOG_CLAIM_METRICS
+            )
+            secs = (
+                "same runs as fedavg"
+                if "same_run_as" in c
+                else f"{statistics.fmean(r['seconds'] for r in c['runs']):.0f}"
+            )
+            lines.append(
+                f"| {c['dataset']} | {c['clients']} | `{c['method']}` | {metrics} | {c['protocol']} | "
+                f"{','.join(str(r['seed']) for r in c['runs'])} | {secs} | `{rec['_file']}` |"
+            )
+        rows = [
+            {"dataset": c["dataset"], "clients": c["clients"], "method": c["method"], **r}
+            for c in cells
+            for r in c["runs"]
+        ]
+        footer += ["", "The claim's verdict per setting (FedLoG's mean minus the baseline's, points):", ""]
+        for variant in dict.fromkeys(c["method"] for c in cells if c["method"].startswith("fedlog")):
+            for fedavg in ("fedavg-local", "fedavg"):
+                for v in claim_verdicts(rows, method=variant, fedavg=fedavg):
+                    detail = ", ".join(
+                        f"{c.metric} vs {c.baseline} {c.margin:+.1f}{'' if c.ok else ' (fails)'}"
+                        for c in v.checks
+                    )
+                    if v.missing:
+                        detail = ", ".join(filter(None, [detail, "not measured: " + ", ".join(v.missing)]))
+                    verdict = "holds" if v.holds else "does not hold"
+                    footer.append(
+                        f"- {v.dataset} K={v.clients}, `{variant}` vs `{fedavg}`: **{verdict}** ({detail})"
+                    )
+        footer += _run_time(rec)
+    return lines + footer
+
+
 def docstring_block(paper: str) -> list[str]:
     """The measured part of a script's docstring (between its markers), quoted as it stands."""
     meta = PAPERS[paper]
@@ -1039,7 +1184,7 @@ def glance(records: dict[str, list[dict[str, Any]]]) -> list[str]:
                         hits.append("yes" if abs(m - ref[0]) <= TOLERANCE else "no")
             elif paper == "fedlog":
                 for cell in rec["cells"]:
-                    ref = FEDLOG_PAPER.get((cell["dataset"], cell["partition"]))
+                    ref = FEDLOG_PAPER.get((cell["dataset"], cell.get("partition")))
                     # an ``issue*`` record re-runs a saved cell as a check (plaintext equality), not a new cell
                     if (
                         ref
@@ -1117,6 +1262,8 @@ def render(directory: Path) -> str:
             lines += opfgl_rows(recs) + [""]
         elif recs and paper == "fedlog":
             lines += fedlog_rows(recs) + [""]
+            claim = fedlog_claim_rows(recs)
+            lines += claim + ([""] if claim else [])
         if recs:
             lines += ["Commands:", ""] + commands(recs) + [""]
         for note in NOTES.get(paper, []):

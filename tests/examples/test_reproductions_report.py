@@ -295,9 +295,94 @@ def test_collect_and_render_fedlog(report, tmp_path: Path) -> None:
     page = report.render(res)
     assert "`reproductions/fedlog/issue25_check.json` |" in page
     assert "| [FedLoG](#fedlog-o-pfgls-third-party-table-fedlogs-generalisation-claim) | 1 of 1 |" in page
-    claim = _fedlog_out(tmp_path / "d.json", "secagg", [0], 75.0, experiment="claim")
-    with pytest.raises(SystemExit, match="is not a reproduce_fedlog.py 'table' result"):
-        report.main([*args, "--dir", str(res), str(claim)])
+    other = _fedlog_out(tmp_path / "d.json", "secagg", [0], 75.0, experiment="report")
+    with pytest.raises(SystemExit, match="is not a reproduce_fedlog.py 'table' or 'claim' result"):
+        report.main([*args, "--dir", str(res), str(other)])
+
+
+def _fedlog_claim_out(path: Path, seeds: list[int], prompt_mode: str = "paper", rounds: int = 100) -> Path:
+    """A reproduce_fedlog.py ``claim`` file: FedLoG, FedAvg (both views) and Local on Cora K=3."""
+    acc = {"fedlog": 0.70, "fedavg": 0.74, "fedavg-local": 0.72, "local": 0.60}
+    methods = ["fedlog"] if prompt_mode == "none" else list(acc)
+    rows = [
+        {
+            "seen_test": acc[m] + 0.01 * s,
+            "unseen_node": acc[m] - 0.05,
+            "missing_class": 0.0 if m == "local" else acc[m] - 0.3 + (0.1 if m == "fedlog" else 0),
+            "new_client": None if m == "local" else acc[m] - 0.1,
+            "round": 90,
+            "dataset": "Cora",
+            "clients": 3,
+            "method": m,
+            "seed": s,
+            "seconds": 100.0 if m != "local" else 50.0,
+        }
+        for m in methods
+        for s in seeds
+    ]
+    args = {
+        "experiment": "claim",
+        "classifier_mode": "released",
+        "prompt_mode": prompt_mode,
+        "protocol": "secagg",
+        "rounds": rounds,
+        "hops": 2,
+        "missing_per_client": 1,
+        "min_missing_nodes": 20,
+    }
+    path.write_text(json.dumps({"args": args, "rows": rows}))
+    return path
+
+
+def test_collect_and_render_the_fedlog_claim(report, tmp_path: Path) -> None:
+    """reproduce_fedlog.py 'claim' files merge into one cell per (dataset, K, method), FedLoG labelled by prompt
+    mode; the page shows the four accuracies and the claim's verdict against each FedAvg view; a saved record
+    takes later seeds; files of other settings are refused."""
+    res = tmp_path / "reproductions"
+    files = [
+        _fedlog_claim_out(tmp_path / "a.json", [0]),
+        _fedlog_claim_out(tmp_path / "b.json", [1]),
+        _fedlog_claim_out(tmp_path / "c.json", [0, 1], prompt_mode="none"),
+    ]
+    args = ["collect", "--paper", "fedlog", "--name", "claim", "--machine", "box", "--command", "go"]
+    report.main([*args, "--dir", str(res), *map(str, files)])
+    rec = json.loads((res / "fedlog" / "claim.json").read_text())
+    by = {c["method"]: c for c in rec["cells"]}
+    assert sorted(by) == ["fedavg", "fedavg-local", "fedlog", "fedlog-nopg", "local"]
+    assert [r["seed"] for r in by["fedlog"]["runs"]] == [0, 1] and by["fedavg-local"][
+        "same_run_as"
+    ] == "fedavg"
+    page = report.render(res)
+    assert (
+        "| Cora | 3 | `fedlog` | 70.50 ± 0.50 | 65.00 ± 0.00 | 50.00 ± 0.00 | 60.00 ± 0.00 | secagg | 0,1 |"
+        in page
+    )
+    assert (
+        "| Cora | 3 | `local` | 60.50 ± 0.50 | 55.00 ± 0.00 | 0.00 ± 0.00 | - | secagg | 0,1 | 50 |" in page
+    )
+    assert "| Cora | 3 | `fedavg-local` |" in page and "same runs as fedavg" in page
+    # FedLoG: Missing Class +8 over fedavg-local, New Client -2, Seen Graph -2 (beyond the 1-point tolerance)
+    assert (
+        "- Cora K=3, `fedlog` vs `fedavg-local`: **does not hold** (missing_class vs fedavg-local +8.0, "
+        "new_client vs fedavg-local -2.0 (fails), missing_class vs local +50.0, seen_test vs fedavg-local -2.0 "
+        "(fails), not measured: new_client vs local)"
+    ) in page
+    assert "- Cora K=3, `fedlog-nopg` vs `fedavg`: **does not hold**" in page
+    # the time counts each run once: fedlog 2 x 100 s, fedlog-nopg 2 x 100, fedavg 2 x 100, local 2 x 50
+    assert "Run time of `reproductions/fedlog/claim.json`: 12 min in all" in page
+    assert (
+        "| [FedLoG](#fedlog-o-pfgls-third-party-table-fedlogs-generalisation-claim) | none saved yet |"
+        in page
+    )
+    saved = tmp_path / "saved.json"
+    saved.write_text(json.dumps(rec))
+    later = _fedlog_claim_out(tmp_path / "d.json", [2])
+    report.main([*args, "--dir", str(res), str(saved), str(later)])
+    rec = json.loads((res / "fedlog" / "claim.json").read_text())
+    assert [r["seed"] for r in {c["method"]: c for c in rec["cells"]}["fedlog"]["runs"]] == [0, 1, 2]
+    short = _fedlog_claim_out(tmp_path / "e.json", [3], rounds=20)
+    with pytest.raises(SystemExit, match="measured on different settings"):
+        report.main([*args, "--dir", str(res), str(saved), str(short)])
 
 
 def _collect_adafgl(report, res: Path, name: str, *files: Path) -> dict:
