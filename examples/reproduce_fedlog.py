@@ -75,7 +75,7 @@ from securefgl.config import RunConfig, build
 from securefgl.data import load_dataset, partition_graph
 from securefgl.engine import run_seed
 from securefgl.errors import PartitionError
-from securefgl.experiments import add_partition_dir_option, claim_verdicts, partition_file
+from securefgl.experiments import add_partition_dir_option, all_claim_verdicts, partition_file
 from securefgl.experiments.progress import Progress
 from securefgl.provenance import library_versions
 from securefgl.training.local_training import predict_shared, predict_stacked
@@ -313,17 +313,8 @@ def _print_claim(rows: list[dict[str, Any]]) -> None:
     for (ds, k, m), rs in groups.items():
         cells = " ".join(f"{_ms([r[x] for r in rs]):>16}" for x in keys)
         print(f"{ds:9} {k:>3} {m:12} {len(rs):>6} {cells}")
-    for method in dict.fromkeys(m for _, _, m in groups if m.startswith("fedlog")):
-        for fedavg in ("fedavg-local", "fedavg"):
-            for v in claim_verdicts(rows, method=method, fedavg=fedavg):
-                detail = ", ".join(
-                    f"{c.metric} vs {c.baseline} {'yes' if c.ok else 'NO'} ({c.margin:+.2f})"
-                    for c in v.checks
-                )
-                if v.missing:
-                    detail = ", ".join(filter(None, [detail, "not measured: " + ", ".join(v.missing)]))
-                verdict = "holds" if v.holds else "does not hold"
-                print(f"claim {v.dataset} K={v.clients} {method} vs {fedavg}: {verdict}: {detail}")
+    for v in all_claim_verdicts(rows):
+        print(f"claim {v.dataset} K={v.clients} {v.method} vs {v.fedavg}: {v.describe()}")
 
 
 #: Settings that must agree between result files merged by ``report`` (the partition and the schedule).

@@ -40,7 +40,7 @@ from typing import Any
 
 from scipy.stats import t as student_t
 
-from securefgl.experiments.claims import CLAIM_SEEN_TOLERANCE, claim_verdicts
+from securefgl.experiments.claims import CLAIM_SEEN_TOLERANCE, all_claim_verdicts
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "reproductions"
@@ -1104,19 +1104,8 @@ def fedlog_claim_rows(records: Sequence[dict[str, Any]]) -> list[str]:
             for r in c["runs"]
         ]
         footer += ["", "The claim's verdict per setting (FedLoG's mean minus the baseline's, points):", ""]
-        for variant in dict.fromkeys(c["method"] for c in cells if c["method"].startswith("fedlog")):
-            for fedavg in ("fedavg-local", "fedavg"):
-                for v in claim_verdicts(rows, method=variant, fedavg=fedavg):
-                    detail = ", ".join(
-                        f"{c.metric} vs {c.baseline} {c.margin:+.1f}{'' if c.ok else ' (fails)'}"
-                        for c in v.checks
-                    )
-                    if v.missing:
-                        detail = ", ".join(filter(None, [detail, "not measured: " + ", ".join(v.missing)]))
-                    verdict = "holds" if v.holds else "does not hold"
-                    footer.append(
-                        f"- {v.dataset} K={v.clients}, `{variant}` vs `{fedavg}`: **{verdict}** ({detail})"
-                    )
+        for v in all_claim_verdicts(rows):
+            footer.append(f"- {v.dataset} K={v.clients}, `{v.method}` vs `{v.fedavg}`: {v.describe()}")
         footer += _run_time(rec)
     return lines + footer
 

@@ -24,7 +24,7 @@ standard library (no torch), so the replays also run in the reference tools' own
 from __future__ import annotations
 
 from securefgl.experiments import adafgl_reference_partition, opfgl_reference_partition
-from securefgl.experiments.claims import ClaimCheck, ClaimVerdict, claim_verdicts
+from securefgl.experiments.claims import ClaimCheck, ClaimVerdict, all_claim_verdicts, claim_verdicts
 from securefgl.experiments.partition_files import add_partition_dir_option, partition_file
 
 __all__ = [
@@ -32,6 +32,7 @@ __all__ = [
     "ClaimVerdict",
     "adafgl_reference_partition",
     "add_partition_dir_option",
+    "all_claim_verdicts",
     "claim_verdicts",
     "opfgl_reference_partition",
     "partition_file",

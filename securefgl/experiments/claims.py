@@ -14,7 +14,14 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["CLAIM_GENERALIZATION", "CLAIM_SEEN_TOLERANCE", "ClaimCheck", "ClaimVerdict", "claim_verdicts"]
+__all__ = [
+    "CLAIM_GENERALIZATION",
+    "CLAIM_SEEN_TOLERANCE",
+    "ClaimCheck",
+    "ClaimVerdict",
+    "all_claim_verdicts",
+    "claim_verdicts",
+]
 
 #: The metrics FedLoG's claim is about (spec §1.2): above the baselines on these two.
 CLAIM_GENERALIZATION = ("missing_class", "new_client")
@@ -58,6 +65,16 @@ class ClaimVerdict:
     @property
     def holds(self) -> bool:
         return bool(self.checks) and not self.missing and all(c.ok for c in self.checks)
+
+    def describe(self) -> str:
+        """``does not hold (missing_class vs fedavg-local +8.0, new_client vs fedavg-local -2.0 (fails), ...)``:
+        the verdict and every check's margin in points, then the comparisons that could not be made."""
+        parts = [
+            f"{c.metric} vs {c.baseline} {c.margin:+.1f}{'' if c.ok else ' (fails)'}" for c in self.checks
+        ]
+        if self.missing:
+            parts.append("not measured: " + ", ".join(self.missing))
+        return f"{'holds' if self.holds else 'does not hold'} ({', '.join(parts)})"
 
 
 def _mean_points(rows: list[dict[str, Any]], key: str) -> float | None:
@@ -105,3 +122,15 @@ def claim_verdicts(
             checks.append(ClaimCheck(key, other, a, b, ok))
         out.append(ClaimVerdict(ds, k, method, fedavg, tuple(checks), tuple(missing)))
     return out
+
+
+def all_claim_verdicts(rows: list[dict[str, Any]]) -> list[ClaimVerdict]:
+    """:func:`claim_verdicts` for every FedLoG variant in ``rows`` (methods starting ``fedlog``, in the order the
+    rows first name them), each against both FedAvg views: ``fedavg-local`` (the paper's) first, then ``fedavg``."""
+    variants = dict.fromkeys(r["method"] for r in rows if str(r["method"]).startswith("fedlog"))
+    return [
+        v
+        for method in variants
+        for fedavg in ("fedavg-local", "fedavg")
+        for v in claim_verdicts(rows, method=method, fedavg=fedavg)
+    ]

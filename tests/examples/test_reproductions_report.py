@@ -363,11 +363,11 @@ def test_collect_and_render_the_fedlog_claim(report, tmp_path: Path) -> None:
     assert "| Cora | 3 | `fedavg-local` |" in page and "same runs as fedavg" in page
     # FedLoG: Missing Class +8 over fedavg-local, New Client -2, Seen Graph -2 (beyond the 1-point tolerance)
     assert (
-        "- Cora K=3, `fedlog` vs `fedavg-local`: **does not hold** (missing_class vs fedavg-local +8.0, "
+        "- Cora K=3, `fedlog` vs `fedavg-local`: does not hold (missing_class vs fedavg-local +8.0, "
         "new_client vs fedavg-local -2.0 (fails), missing_class vs local +50.0, seen_test vs fedavg-local -2.0 "
         "(fails), not measured: new_client vs local)"
     ) in page
-    assert "- Cora K=3, `fedlog-nopg` vs `fedavg`: **does not hold**" in page
+    assert "- Cora K=3, `fedlog-nopg` vs `fedavg`: does not hold" in page
     # the time counts each run once: fedlog 2 x 100 s, fedlog-nopg 2 x 100, fedavg 2 x 100, local 2 x 50
     assert "Run time of `reproductions/fedlog/claim.json`: 12 min in all" in page
     assert (

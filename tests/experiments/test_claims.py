@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from securefgl.experiments import ClaimCheck, ClaimVerdict, claim_verdicts
+from securefgl.experiments import ClaimCheck, ClaimVerdict, all_claim_verdicts, claim_verdicts
 from securefgl.experiments.claims import CLAIM_SEEN_TOLERANCE
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "reproduce_fedlog.py"
@@ -52,6 +52,24 @@ def test_claim_verdict_means_over_seeds_and_picks_the_fedavg_view() -> None:
     assert not global_view.holds
     failed = {(c.metric, c.baseline) for c in global_view.checks if not c.ok}
     assert failed == {("missing_class", "fedavg"), ("new_client", "fedavg")}
+
+
+def test_all_verdicts_cover_every_variant_against_both_views_and_describe_each_check() -> None:
+    rows = _grid() + [{**r, "method": "fedlog-nopg"} for r in _grid() if r["method"] == "fedlog"]
+    got = [(v.method, v.fedavg, v.holds) for v in all_claim_verdicts(rows)]
+    assert got == [
+        ("fedlog", "fedavg-local", True),
+        ("fedlog", "fedavg", False),
+        ("fedlog-nopg", "fedavg-local", True),
+        ("fedlog-nopg", "fedavg", False),
+    ]
+    text = all_claim_verdicts(rows)[1].describe()
+    assert text.startswith(
+        "does not hold (missing_class vs fedavg -15.0 (fails), new_client vs fedavg -10.0 (fails)"
+    )
+    assert "seen_test vs fedavg -1.0)" in text  # 90 vs 91: within the tolerance, so not marked
+    partial = claim_verdicts([r for r in _grid() if r["method"] != "local"])[0]
+    assert partial.describe().endswith("not measured: missing_class vs local, new_client vs local)")
 
 
 def test_claim_verdict_seen_graph_tolerance_is_one_point() -> None:
