@@ -59,7 +59,7 @@ PAPERS: dict[str, dict[str, Any]] = {
         "title": "FedSpray (O-pFGL's third-party table; FedSpray's minority-node claim)",
         "script": "examples/reproduce_fedspray.py",
         "docstring": ("``--partition-dir`` reads", "FedSpray runs with"),
-        "quote_label": "Figures on O-pFGL's own partitions (the `--partition-dir` runs; no saved result yet)",
+        "quote_label": "Figures on O-pFGL's own partitions (the `--partition-dir` runs, saved in the table above)",
     },
     "fedstruct": {
         "title": "FedStruct (Table 5, random partition, 10 clients)",
@@ -132,12 +132,10 @@ NOTES: dict[str, list[str]] = {
         "(`--fedavg-rounds 0`); their figures are the docstring's, quoted below.",
     ],
     "fedspray": [
-        "The table above was measured on this repository's own louvain+ / metis+ draws, not on O-pFGL's own "
-        "partitions (their replay, `examples/opfgl_reference_partition.py`, needs a separate python-louvain + "
-        "scikit-learn 1.2 environment); the docstring's figures on those partitions are quoted below.",
-        "The two cells short of the bar on our draws (see the table) are within it on O-pFGL's own partitions in "
-        "the docstring's figures quoted below (CiteSeer louvain+ only just), so part of their gap is the partition "
-        "draw.",
+        "On O-pFGL's own partitions (the rows marked reference replay; the targets' partitions, rebuilt by "
+        "`examples/opfgl_reference_partition.py` in a separate python-louvain + scikit-learn 1.2 environment) all "
+        "four cells are within the bar; on this repository's own louvain+ / metis+ draws CiteSeer louvain+ and "
+        "Cora metis+ fall short by 2.8 and 2.7 points, so their gap there is the partition draw.",
         "Run times are wall-clock seconds on a 2-core machine shared with other jobs, so they overstate the cost.",
         "The minority-node claim (`claim`, table above) is measured on Cora and CiteSeer only: the paper's datasets "
         "(PubMed, WikiCS, Physics, Flickr) were not available offline (see `shared/datasets/README.md`). There it "
