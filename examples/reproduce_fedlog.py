@@ -35,14 +35,24 @@ Usage (results go to ``--out``, default ``results/reproduce_fedlog``, which git 
 ones the targets were measured on. Under secagg there (``--classifier-mode released``; plaintext is identical,
 the uploads being grid-rounded), mean +- population std, target in brackets, re-measured on 2026-11-29 into
 ``reproductions/fedlog/table_reference_partitions.json``: Cora louvain+ seeds 0/1/2 71.04/70.32/67.55 = 69.64 +-
-1.50 (69.08), Cora metis+ 76.17/78.10/75.72 = 76.66 +- 1.03 (75.08), CiteSeer louvain+ seeds 0/1 64.26/65.18 =
-64.72 +- 0.46 (61.19), CiteSeer metis+ seeds 0/1 66.03/65.38 = 65.71 +- 0.32 (64.92). An earlier measurement, before the code's later refactors, gave Cora
+1.50 (69.08), Cora metis+ 76.17/78.10/75.72 = 76.66 +- 1.03 (75.08), CiteSeer louvain+ seeds 0/1/2
+64.26/65.18/62.21 = 63.88 +- 1.24 (61.19), CiteSeer metis+ 66.03/65.38/65.24 = 65.55 +- 0.34 (64.92); the CiteSeer
+seed 2 runs were added on 2026-12-02 (50-52 min each on a shared core). An earlier measurement, before the code's
+later refactors, gave Cora
 71.32/70.32/67.55 and 76.35/78.10/75.72, CiteSeer louvain+ 62.20/65.18/62.21 = 63.20 +- 1.40 and metis+
 64.78/65.38/65.24 = 65.13 +- 0.26 (10-20 min per Cora run and 25-45 min per CiteSeer run on one CPU core).
 
-Claim, measured (``claim --seeds 0 1 2 --classifier-mode released``, secagg, 100 rounds, ``--prompt-mode paper``
-for ``fedlog`` and ``none`` for ``fedlog-nopg``; merged with ``report``): the verdict is "does not hold" for Cora
-and CiteSeer at K = 3, 5 and 10, against either FedAvg model. Against the paper's FedAvg (``fedavg-local``)
+Claim, measured on Cora on 2026-12-02 (``claim --datasets Cora --seeds S --classifier-mode released``, one seed
+per invocation, seeds 0-2, secagg, 100 rounds; the ablation ``--prompt-mode none`` seed 0 only; saved in
+``reproductions/fedlog/claim_cora.json``): "does not hold" at K = 3, 5 and 10 against either FedAvg model. Against
+the paper's FedAvg (``fedavg-local``) FedLoG wins Missing Class at K = 5 and 10 (K=5 59.42 vs 27.47) and New Client
+at K = 3 and 5, loses New Client at K = 10 (52.41 vs 72.49), and its Seen Graph is 1.8-2.1 points below at every K;
+against the aggregated model it loses both everywhere; it beats Local on both everywhere. Without prompt generators
+(seed 0) Missing Class is much lower at K = 5 and 10 (K=10 18.53 vs 57.91) but higher at K = 3 (57.81 vs 45.49).
+
+The earlier measurement (``claim --seeds 0 1 2 --classifier-mode released``, secagg, 100 rounds, ``--prompt-mode
+paper`` for ``fedlog`` and ``none`` for ``fedlog-nopg``; merged with ``report``): the verdict is "does not hold" for
+Cora and CiteSeer at K = 3, 5 and 10, against either FedAvg model. Against the paper's FedAvg (``fedavg-local``)
 FedLoG wins Missing Class in 5 of 6 settings (e.g. Cora K=5 59.4 vs 27.5) and New Client in 2 (Cora K=3, K=5),
 loses New Client on Cora K=10 (52.4 vs 72.5), and its Seen Graph is 1.8-3.3 points below in 5 of 6 settings.
 Against FedAvg's aggregated model it loses Missing Class and New Client everywhere; it beats Local on Missing
