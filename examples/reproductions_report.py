@@ -482,9 +482,8 @@ def read_fedlog(paths: Iterable[Path]) -> list[dict[str, Any]]:
                 seen = {r["seed"] for r in into["runs"]}
                 into["runs"] += [r for r in cell["runs"] if r["seed"] not in seen]
                 if "clients" in cell:
-                    settings.setdefault(tuple(cell["settings"][k] for k in FEDLOG_CLAIM_SETTINGS), []).append(
-                        str(path)
-                    )
+                    files = settings.setdefault(tuple(cell["settings"][k] for k in FEDLOG_CLAIM_SETTINGS), [])
+                    files += [str(path)] if str(path) not in files else []
             continue
         args = data.get("args", {})
         kind = args.get("experiment")
