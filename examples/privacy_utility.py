@@ -7,7 +7,9 @@ over the seeds (mean ± std of test accuracy, node-weighted over clients):
 row                         run
 ==========================  ==========================================================================
 GAP edge-level              ``--algorithm gap --privacy edge --epsilon E`` (gcn: 2 hops)
-GAP node-level              ``--algorithm gap --privacy node --epsilon E``
+GAP node-level              ``--algorithm gap --privacy node --epsilon E`` (GAP's modules: 2 hops, D=10)
+GAP node residual-vote      the same with one hop of neighbour votes (``embedding=vote``, D=5) and the
+                            residual classifier (``classifier=residual``; 30 + 20 rounds)
 DP-MLP node-level           the same with ``--model mlp`` (0 hops: DP-SGD on features only)
 GAP / MLP non-private       epsilon inf (same architectures, no noise, no clipping)
 FedAvg GCN                  the non-private GNN (``--algorithm fedavg --model gcn``)
@@ -40,9 +42,23 @@ EPSILONS = (1.0, 2.0, 4.0, 8.0, math.inf)
 METHODS: dict[str, tuple[str, str, str | None, tuple[float, ...]]] = {
     "GAP edge": ("gap", "gcn", "edge", EPSILONS),
     "GAP node": ("gap", "gcn", "node", EPSILONS[:-1]),
+    "GAP node residual-vote": ("gap", "gcn", "node", EPSILONS[:-1]),
     "DP-MLP node": ("gap", "mlp", "node", EPSILONS),
     "FedAvg GCN (non-private)": ("fedavg", "gcn", None, (math.inf,)),
     "DP-FedAvg client": ("fedavg", "gcn", "client", (1.0, 8.0)),
+}
+
+#: Options beyond the privacy unit and epsilon: GAP with one hop of neighbour votes and the residual classifier
+#: (30 encoder rounds, then 20 in which the classifier trains the encoder on: 50 DP-SGD steps, as DP-MLP).
+METHOD_OPTIONS: dict[str, dict[str, Any]] = {
+    "GAP node residual-vote": {
+        "embedding": "vote",
+        "classifier": "residual",
+        "hops": 1,
+        "degree_bound": 5,
+        "encoder_rounds": 30,
+        "classifier_rounds": 20,
+    },
 }
 
 
@@ -60,7 +76,7 @@ def _config(dataset: str, method: str, epsilon: float, seeds: list[int]) -> dict
         "threads": 1,
     }
     if algorithm == "gap":
-        cfg["algorithm"]["options"] = {"privacy": unit, "epsilon": epsilon}
+        cfg["algorithm"]["options"] = {"privacy": unit, "epsilon": epsilon, **METHOD_OPTIONS.get(method, {})}
     elif unit == "client":
         cfg["protocol"] = {
             "name": "secagg+dp",

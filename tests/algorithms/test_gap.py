@@ -122,8 +122,87 @@ def test_dp_mlp_is_one_phase() -> None:
         ({"degree_bound": 0}, "degree_bound"),
         ({"sample_rate": 1.5}, "sample_rate"),
         ({"noise": "urandom"}, "noise"),
+        ({"embedding": "logits"}, "embedding"),
+        ({"classifier": "mlp"}, "classifier"),
+        ({"classifier_rounds": 0}, "classifier_rounds"),
+        ({"aggregation_noise_scale": 0.0}, "aggregation_noise_scale"),
     ],
 )
 def test_bad_options_are_named(options: dict, match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         GAPOptions(**options)
+
+
+def _tiny_model(**kw):
+    from securefgl.algorithms.gap.model import GAPModel
+
+    return GAPModel(
+        6,
+        3,
+        hidden=8,
+        hops=1,
+        encoder_layers=1,
+        encoder_dim=4,
+        generator=torch.Generator().manual_seed(0),
+        **kw,
+    )
+
+
+def test_the_residual_classifier_starts_as_the_encoder_and_trains_it_with_the_links() -> None:
+    from securefgl.algorithms.gap.schema import phase_params
+
+    model = _tiny_model(embedding="vote", classifier="residual")
+    x = torch.randn(10, 6, generator=torch.Generator().manual_seed(1))
+    aggs = [torch.randn(10, 3), torch.randn(10, 3)]
+    inputs = model.classifier_inputs(x, aggs)
+    assert inputs[0] is x and inputs[1] is aggs[1]  # the features and X^(1); X^(0) is the encoder's own path
+    model.eval()
+    assert torch.equal(model.cls(*inputs), model.enc(x))  # zero links: the encoder's prediction
+    trained = phase_params(model.flat_state(), "classifier", "residual")
+    assert sorted(trained) == ["encoder.0.bias", "encoder.0.weight", "head.bias", "head.weight"] + [
+        "links.0.bias",
+        "links.0.weight",
+    ]
+    paper = phase_params(_tiny_model().flat_state(), "classifier", "gap")
+    assert all(n.startswith(("bases.", "out.")) for n in paper) and paper  # GAP's: the encoder stays frozen
+
+
+def test_vote_and_prediction_embeddings_are_class_wide_rows() -> None:
+    x = torch.randn(10, 6, generator=torch.Generator().manual_seed(1))
+    vote = _tiny_model(embedding="vote").embedding(x)
+    assert vote.shape == (10, 3) and torch.equal(vote.sum(1), torch.ones(10))
+    assert set(vote.unique().tolist()) <= {0.0, 1.0}
+    probs = _tiny_model(embedding="prediction").embedding(x)
+    assert probs.shape == (10, 3) and torch.allclose(probs.sum(1), torch.ones(10))
+    assert _tiny_model().embedding(x).shape == (10, 4)  # hidden: the encoder output
+
+
+def test_aggregation_noise_scale_moves_budget_between_hops_and_gradients() -> None:
+    from opacus.accountants import RDPAccountant
+
+    kw = {"model_layers": 2, "rounds": 20, "num_nodes": 1000, "clients_per_round": 10}
+    base = {"privacy": "node", "epsilon": 4.0, "hops": 1, "degree_bound": 4, "classifier_rounds": 5}
+    even = make_plan(GAPOptions(**base), model_name="gcn", **kw)
+    cheap = make_plan(GAPOptions(**base, aggregation_noise_scale=2.0), model_name="gcn", **kw)
+    assert cheap.noise_multiplier < even.noise_multiplier  # less noise on the gradients...
+    assert cheap.aggregation_noise_std == pytest.approx(
+        cheap.noise_multiplier * 2.0 * 2.0
+    )  # ...more on the hop
+    assert cheap.classifier_rounds == 5 and cheap.encoder_rounds == 20
+    acc = RDPAccountant()
+    acc.history = [(m["noise_multiplier"], m["sample_rate"], m["steps"]) for m in cheap.statement.mechanisms]
+    assert [h[0] for h in acc.history] == pytest.approx(
+        [cheap.noise_multiplier, 2 * cheap.noise_multiplier] + [cheap.noise_multiplier]
+    )
+    assert cheap.statement.epsilon == pytest.approx(acc.get_epsilon(cheap.statement.delta), rel=1e-12)
+    assert 3.99 < cheap.statement.epsilon <= 4.0
+
+
+@pytest.mark.parametrize("embedding", ["vote", "prediction"])
+def test_node_level_residual_runs_under_secagg_as_plaintext(embedding: str) -> None:
+    opts = {"privacy": "node", "epsilon": 4.0, "embedding": embedding, "classifier": "residual", "hops": 1}
+    plain = _run("plaintext", **opts, classifier_rounds=3)
+    secure = _run("secagg", **opts, classifier_rounds=3)
+    assert [r.metrics for r in plain.seeds[0].rounds] == [r.metrics for r in secure.seeds[0].rounds]
+    assert [r.phase for r in secure.seeds[0].rounds] == ["encoder"] * 6 + ["classifier"] * 3
+    assert [m["steps"] for m in secure.privacy["mechanisms"]] == [6, 1, 3]

@@ -10,15 +10,19 @@ GAP splits a GNN into three modules so that the edges are queried a fixed number
    node level bounds every degree by ``D`` (sampled edges), so the sensitivity is :math:`\sqrt D`
    (:math:`\sqrt 2` for one undirected edge);
 3. **classifier** (no further edge queries): per-hop layers on :math:`X^{(0..K)}`, concatenated, then a linear
-   output; under node-level DP with DP-SGD.
+   output; under node-level DP with DP-SGD. Two options change the modules for small graphs: ``embedding=vote``
+   aggregates the encoder's one-hot predicted class (a noisy count of the neighbours' classes) and
+   ``classifier=residual`` adds a zero-started linear term per hop to the encoder's own logits and trains the
+   encoder on (:mod:`securefgl.algorithms.gap.model`); ``aggregation_noise_scale`` sets the hops' noise
+   multiplier relative to the DP-SGD parts'.
 
 Federated, every client runs the three steps on its own subgraph, and the encoder and classifier are learnt over
 secure sums (phases ``encoder`` then ``classifier``). Under node-level DP each round is one federated DP-SGD step:
 every client uploads its clipped per-node gradient sum plus a share of the step's Gaussian noise, so the noise
 of one step covers all the federation's nodes (:mod:`securefgl.privacy.dpsgd`), and the server applies Adam to
 the released sum; no node count is ever summed. Edge-level and non-private runs train locally and average as
-FedAvg. The noise multiplier is shared by all parts and calibrated to ``epsilon`` with
-Opacus's RDP accountant (:mod:`securefgl.algorithms.gap.plan`); the run reports one
+FedAvg. The noise multiplier is shared by all parts (the hops' scaled by ``aggregation_noise_scale``) and
+calibrated to ``epsilon`` with Opacus's RDP accountant (:mod:`securefgl.algorithms.gap.plan`); the run reports one
 :class:`~securefgl.privacy.PrivacyStatement` (``run_report()["privacy"]``). A ``+dp`` protocol adds client-level
 distributed DP on top (DP-FedAvg deltas, its own accountant); with ``model=mlp`` (``hops=0``) GAP is the DP-MLP
 baseline: DP-SGD on features only.
@@ -88,6 +92,7 @@ class GAP(GAPServer, GAPClient, Algorithm):
             return gradient_schema(
                 rs.broadcast,
                 rs.phase,
+                classifier=self.options.classifier,
                 clip=self.options.clip,
                 count_bound=self.setting.count_bound,
                 share_std=self.plan.gradient_noise_share_std,
@@ -100,6 +105,7 @@ class GAP(GAPServer, GAPClient, Algorithm):
         return round_schema(
             rs.broadcast,
             rs.phase,
+            classifier=self.options.classifier,
             param_bound=self.options.param_bound,
             count_bound=1 if uniform else self.setting.count_bound,
             delta=delta,

@@ -10,7 +10,7 @@ Per client :math:`k`, on its own subgraph only:
    aggregation (:func:`securefgl.privacy.perturbed_aggregates`), computed once and kept in ``client.state``:
    recomputing would spend the aggregation budget again;
 4. classifier phase, every round: the same for the classifier on the local training nodes' rows of
-   :math:`X^{(0..K)}`.
+   :math:`X^{(0..K)}` (the residual classifier: their features and :math:`X^{(1..K)}`).
 
 Evaluation applies the broadcast model to the client's own aggregates, client side.
 """
@@ -73,7 +73,7 @@ class GAPClient:
         if "aggregates" not in st:
             model.eval()
             with torch.no_grad():
-                x0 = model.enc.embed(client.data.x)
+                x0 = model.embedding(client.data.x)
                 noise = self.plan.aggregation_noise_std if self.options.private else 0.0
                 aggs = perturbed_aggregates(
                     x0.cpu(), st["edges"].cpu(), self.plan.hops, noise_std=noise, generator=st["noise"]
@@ -108,7 +108,7 @@ class GAPClient:
         out: dict[int, Any] = {}
         for c in clients:
             model = self._model(rs.broadcast, c.device)
-            start = phase_params(rs.broadcast, rs.phase)
+            start = phase_params(rs.broadcast, rs.phase, self.options.classifier)
             mask = c.data.train_mask
             if rs.phase == "encoder":
                 module: torch.nn.Module = model.enc
@@ -116,7 +116,7 @@ class GAPClient:
             else:
                 assert model.cls is not None
                 module = model.cls
-                inputs = [a[mask] for a in self._aggregates(c, model)]
+                inputs = [a[mask] for a in model.classifier_inputs(c.data.x, self._aggregates(c, model))]
             if self._node_private():
                 module.generator = c.generator  # type: ignore[assignment]  # seeded dropout
                 grads, loss = dp_gradient_sum(
@@ -137,7 +137,7 @@ class GAPClient:
                 losses = self._train(c, module, inputs, c.data.y[mask])
                 if losses:
                     c.record_loss(sum(losses) / len(losses))
-            new = phase_params(model.flat_state(), rs.phase)
+            new = phase_params(model.flat_state(), rs.phase, self.options.classifier)
             weight = (1 if uniform else c.num_train) if trained else 0
             if delta:
                 up = {
@@ -162,5 +162,5 @@ class GAPClient:
                     out[c.id] = model.enc(c.data.x)
                 else:
                     assert model.cls is not None
-                    out[c.id] = model.cls(*self._aggregates(c, model))
+                    out[c.id] = model.cls(*model.classifier_inputs(c.data.x, self._aggregates(c, model)))
         return out

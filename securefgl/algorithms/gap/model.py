@@ -1,13 +1,20 @@
 r"""GAP's three modules as one ``torch.nn.Module`` of ``torch.nn.Linear`` layers (Opacus has per-sample rules).
 
-* encoder: ``encoder_layers`` x (Linear + ReLU), the last of width ``encoder_dim``, with a linear ``head`` to the classes for its
-  own training; :math:`X^{(0)}` is the encoder output (normalised by the aggregation module);
-* classifier: one base layer (Linear + ReLU) per hop :math:`k = 0..K` on :math:`X^{(k)}`, concatenated, then
-  a linear ``out`` layer to the classes.
+* encoder: ``encoder_layers`` x (Linear + ReLU), the last of width ``encoder_dim``, with a linear ``head`` to
+  the classes for its own training; :math:`X^{(0)}` (normalised by the aggregation module) is the encoder
+  output (``embedding="hidden"``, GAP's paper), the head's class probabilities (``"prediction"``) or the
+  one-hot predicted class (``"vote"``: each aggregate is then a noisy count of the neighbours' predicted
+  classes, the whole unit norm of a row in one coordinate);
+* classifier ``"gap"`` (GAP's paper): one base layer (Linear + ReLU) per hop :math:`k = 0..K` on
+  :math:`X^{(k)}`, concatenated, then a linear ``out`` layer to the classes, the encoder frozen;
+* classifier ``"residual"``: the encoder's own logits on the raw features plus a linear ``link`` per hop
+  :math:`k = 1..K`, started at zero and trained with the encoder: the classifier phase starts from the
+  encoder's prediction, and its DP-SGD steps keep improving the encoder instead of fitting a new model on a
+  frozen embedding.
 
 With ``hops = 0`` only the encoder and its head are used: an MLP (the DP-MLP baseline under node-level DP).
-Parameter names start with the part they belong to (``encoder.``, ``head.``, ``bases.``, ``out.``), which is
-how each phase picks what it trains and sums.
+Parameter names start with the part they belong to (``encoder.``, ``head.``, ``bases.``, ``out.``, ``links.``),
+which is how each phase picks what it trains and sums.
 """
 
 from __future__ import annotations
@@ -19,10 +26,19 @@ from torch import Tensor
 
 from securefgl.nn._functional import dropout, init_parameters
 
-__all__ = ["ENCODER_PARTS", "CLASSIFIER_PARTS", "GAPModel", "build_gap_model", "part_names"]
+__all__ = [
+    "CLASSIFIER_PARTS",
+    "ENCODER_PARTS",
+    "RESIDUAL_PARTS",
+    "GAPModel",
+    "build_gap_model",
+    "part_names",
+    "phase_parts",
+]
 
 ENCODER_PARTS = ("encoder.", "head.")
 CLASSIFIER_PARTS = ("bases.", "out.")
+RESIDUAL_PARTS = ("links.",)
 
 
 class _Dropout(torch.nn.Module):
@@ -67,6 +83,28 @@ class _Classifier(_Dropout):
         return self.out(self.drop(torch.cat(hs, dim=1)))
 
 
+class _Residual(_Dropout):
+    """The encoder's own logits plus one linear term per aggregation hop: ``forward(x, x1, ..., xK)``.
+
+    The encoder and head are the :class:`_Encoder`'s own modules (trained on in the classifier phase); the
+    ``links`` start at zero, so the classifier starts as the encoder's prediction.
+    """
+
+    def __init__(self, enc: _Encoder, links: torch.nn.ModuleList, p: float) -> None:
+        super().__init__(p)
+        self.encoder = enc.encoder
+        self.head = enc.head
+        self.links = links
+
+    def forward(self, x: Tensor, *aggs: Tensor) -> Tensor:
+        for lin in self.encoder:
+            x = lin(self.drop(x)).relu()
+        out = self.head(self.drop(x))
+        for link, a in zip(self.links, aggs, strict=True):
+            out = out + link(a)
+        return out
+
+
 class GAPModel(torch.nn.Module):
     """The encoder (with its head) and the classifier of GAP.
 
@@ -76,7 +114,12 @@ class GAPModel(torch.nn.Module):
         hidden: Width of every layer.
         hops: ``K``.
         encoder_layers: Layers of the encoder (the last one outputs ``encoder_dim``).
-        encoder_dim: Width of :math:`X^{(0)}` and of every aggregate.
+        encoder_dim: Width of the encoder output.
+        embedding: :math:`X^{(0)}`: ``"hidden"`` (the encoder output, ``encoder_dim`` wide), ``"prediction"``
+            (the head's class probabilities) or ``"vote"`` (the one-hot predicted class), both ``C`` wide
+            (:meth:`embedding`).
+        classifier: ``"gap"`` (per-hop layers, concatenated, then a linear output) or ``"residual"`` (the
+            encoder's logits plus a zero-initialised linear term per hop ``k >= 1``; see :class:`_Residual`).
         dropout: Dropout before every linear layer (seeded: set ``enc.generator`` and ``cls.generator``).
         generator: Initialisation randomness (Glorot-uniform weights, zero biases); ``None`` leaves PyTorch's.
     """
@@ -90,6 +133,8 @@ class GAPModel(torch.nn.Module):
         hops: int,
         encoder_layers: int,
         encoder_dim: int,
+        embedding: str = "hidden",
+        classifier: str = "gap",
         dropout: float = 0.0,
         generator: torch.Generator | None = None,
     ) -> None:
@@ -97,18 +142,43 @@ class GAPModel(torch.nn.Module):
         dims = [in_channels] + [hidden] * (encoder_layers - 1) + [encoder_dim]
         enc = torch.nn.ModuleList(torch.nn.Linear(a, b) for a, b in zip(dims[:-1], dims[1:], strict=True))
         self.hops = hops
+        self.embedding_kind = embedding
         self.enc = _Encoder(enc, torch.nn.Linear(encoder_dim, num_classes), dropout)
-        self.cls = (
-            _Classifier(
-                torch.nn.ModuleList(torch.nn.Linear(encoder_dim, hidden) for _ in range(hops + 1)),
+        width = num_classes if embedding in ("prediction", "vote") else encoder_dim
+        self.cls: _Classifier | _Residual | None = None
+        if hops > 0 and classifier == "residual":
+            links = torch.nn.ModuleList(torch.nn.Linear(width, num_classes) for _ in range(hops))
+            self.cls = _Residual(self.enc, links, dropout)
+        elif hops > 0:
+            self.cls = _Classifier(
+                torch.nn.ModuleList(torch.nn.Linear(width, hidden) for _ in range(hops + 1)),
                 torch.nn.Linear((hops + 1) * hidden, num_classes),
                 dropout,
             )
-            if hops > 0
-            else None
-        )
         if generator is not None:
             init_parameters(self, generator)
+        if isinstance(self.cls, _Residual):
+            with torch.no_grad():
+                for p in self.cls.links.parameters():
+                    p.zero_()
+
+    @property
+    def residual(self) -> bool:
+        """Whether the classifier is the encoder plus per-hop terms (it then reads the raw features)."""
+        return isinstance(self.cls, _Residual)
+
+    def classifier_inputs(self, x: Tensor, aggregates: list[Tensor]) -> list[Tensor]:
+        """What the classifier reads: :math:`X^{(0..K)}`, or the features and :math:`X^{(1..K)}` (residual)."""
+        return [x, *aggregates[1:]] if self.residual else list(aggregates)
+
+    def embedding(self, x: Tensor) -> Tensor:
+        """:math:`X^{(0)}` before normalisation: the encoder output, the head's probabilities or its one-hot class."""
+        if self.embedding_kind == "prediction":
+            return self.enc(x).softmax(dim=-1)
+        if self.embedding_kind == "vote":
+            logits = self.enc(x)
+            return torch.nn.functional.one_hot(logits.argmax(dim=-1), logits.shape[-1]).to(logits.dtype)
+        return self.enc.embed(x)
 
     def flat_state(self) -> dict[str, Tensor]:
         """Parameters by part-prefixed name (``encoder.0.weight``, ``head.bias``, ``bases.1.weight``, ...)."""
@@ -138,9 +208,19 @@ def build_gap_model(
         hops=hops,
         encoder_layers=options.encoder_layers,
         encoder_dim=options.encoder_dim,
+        embedding=options.embedding,
+        classifier=options.classifier,
         dropout=dropout,
         generator=generator,
     ).to(setting.device)
+
+
+def phase_parts(phase: str, classifier: str) -> tuple[str, ...]:
+    """The parameter-name prefixes a phase trains: the encoder and head, then the classifier (for
+    ``"residual"``: the encoder, head and links)."""
+    if phase == "encoder":
+        return ENCODER_PARTS
+    return ENCODER_PARTS + RESIDUAL_PARTS if classifier == "residual" else CLASSIFIER_PARTS
 
 
 def part_names(params: dict[str, Tensor] | object, parts: tuple[str, ...]) -> list[str]:

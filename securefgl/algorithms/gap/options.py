@@ -8,10 +8,16 @@ from typing import Literal
 
 from securefgl.errors import ConfigError
 
-__all__ = ["GAPOptions", "PRIVACY_UNITS"]
+__all__ = ["CLASSIFIERS", "EMBEDDINGS", "GAPOptions", "PRIVACY_UNITS"]
 
 #: The privacy units GAP can protect (``"none"``: the same architecture without noise or clipping).
 PRIVACY_UNITS = ("node", "edge", "none")
+
+#: What the aggregation module aggregates: the encoder's hidden output or its head's class probabilities.
+EMBEDDINGS = ("hidden", "prediction", "vote")
+
+#: The classification modules: GAP's per-hop layers, or the encoder plus per-hop linear terms.
+CLASSIFIERS = ("gap", "residual")
 
 
 @dataclass(frozen=True)
@@ -31,10 +37,22 @@ class GAPOptions:
             local epoch is ``ceil(1 / q)`` steps. (default: ``0.25``)
         clip: Per-node gradient clipping norm ``C`` of DP-SGD (node level). (default: ``1.0``)
         encoder_rounds: Rounds of the encoder phase; ``None`` means ``train.rounds``. (default: ``None``)
+        classifier_rounds: Rounds of the classifier phase; ``None`` means ``train.rounds``. (default: ``None``)
         encoder_layers: Layers of the encoder MLP (each ``Linear`` + ReLU, width ``model.hidden``, the last
             ``encoder_dim``); with ``hops=0`` the encoder and its head are the whole DP-MLP. (default: ``1``)
-        encoder_dim: Width of the encoder output and of every aggregate: the aggregation noise's norm grows with
-            its square root, so it is small. (default: ``16``)
+        encoder_dim: Width of the encoder output: the aggregation noise's norm grows with its square root, so
+            it is small. (default: ``16``)
+        embedding: What :math:`X^{(0)}` is: ``"hidden"``, the encoder output (GAP's paper); ``"prediction"``,
+            the encoder head's class probabilities; or ``"vote"``, its one-hot predicted class, so that every
+            aggregate is a noisy count of the neighbours' predicted classes, each neighbour's whole unit norm
+            in one coordinate against the per-coordinate noise. (default: ``"hidden"``)
+        classifier: The classification module: ``"gap"`` (GAP's: one layer per hop on :math:`X^{(0..K)}`,
+            concatenated, then a linear output, trained from scratch) or ``"residual"`` (the encoder's own
+            logits plus a zero-initialised linear term per hop :math:`X^{(1..K)}`, the encoder trained on: the
+            classifier starts as the encoder's prediction and its DP-SGD steps also improve the encoder).
+            (default: ``"gap"``)
+        aggregation_noise_scale: The aggregation hops' noise multiplier over the DP-SGD parts' one: above 1
+            spends less of the budget on the hops and more on the gradients. (default: ``1.0``)
         param_bound: Public clip range of every uploaded parameter. (default: ``16.0``)
         noise: Randomness of the DP noise: ``"os"`` (a generator seeded from ``os.urandom``) or
             ``"insecure-seeded"`` (from the client's seeded generator: reproducible runs, for tests and
@@ -49,8 +67,12 @@ class GAPOptions:
     sample_rate: float = 0.25
     clip: float = 1.0
     encoder_rounds: int | None = None
+    classifier_rounds: int | None = None
     encoder_layers: int = 1
     encoder_dim: int = 16
+    embedding: Literal["hidden", "prediction", "vote"] = "hidden"
+    classifier: Literal["gap", "residual"] = "gap"
+    aggregation_noise_scale: float = 1.0
     param_bound: float = 16.0
     noise: Literal["os", "insecure-seeded"] = "os"
 
@@ -75,6 +97,20 @@ class GAPOptions:
             raise ConfigError(f"{where}.clip must be > 0, got {self.clip}")
         if self.encoder_rounds is not None and self.encoder_rounds < 1:
             raise ConfigError(f"{where}.encoder_rounds must be >= 1 or none, got {self.encoder_rounds}")
+        if self.classifier_rounds is not None and self.classifier_rounds < 1:
+            raise ConfigError(f"{where}.classifier_rounds must be >= 1 or none, got {self.classifier_rounds}")
+        if self.embedding not in EMBEDDINGS:
+            raise ConfigError(
+                f"{where}.embedding: invalid value {self.embedding!r}; valid: {', '.join(EMBEDDINGS)}"
+            )
+        if self.classifier not in CLASSIFIERS:
+            raise ConfigError(
+                f"{where}.classifier: invalid value {self.classifier!r}; valid: {', '.join(CLASSIFIERS)}"
+            )
+        if not (self.aggregation_noise_scale > 0 and math.isfinite(self.aggregation_noise_scale)):
+            raise ConfigError(
+                f"{where}.aggregation_noise_scale must be a finite number > 0, got {self.aggregation_noise_scale}"
+            )
         if self.encoder_layers < 1:
             raise ConfigError(f"{where}.encoder_layers must be >= 1, got {self.encoder_layers}")
         if self.encoder_dim < 1:

@@ -2,7 +2,8 @@ r"""GAP's privacy plan: from public settings to the noise every client applies a
 
 Everything here is public (options, rounds, local epochs, the model, the number of nodes), so clients and server
 compute the same plan and nothing about a client's data enters it. Node level composes three parts (encoder
-DP-SGD, ``K`` aggregation hops, classifier DP-SGD) with one shared noise multiplier; edge level only the
+DP-SGD, ``K`` aggregation hops, classifier DP-SGD) with one shared noise multiplier (the hops' multiplied by
+``aggregation_noise_scale``); edge level only the
 aggregation hops (features and labels are not edge data, so the encoder and classifier train without noise).
 Every client is counted as if it took part in every round (an upper bound under client sampling).
 """
@@ -38,7 +39,8 @@ class GAPPlan:
         hops: ``K``.
         encoder_rounds: Rounds of the encoder phase.
         classifier_rounds: Rounds of the classifier phase (0 when ``K = 0``).
-        noise_multiplier: ``z`` shared by all parts (0: no noise).
+        noise_multiplier: ``z`` of the DP-SGD parts (0: no noise); the hops' is ``z`` times
+            ``aggregation_noise_scale`` under node-level DP.
         aggregation_noise_std: :math:`\\sigma = z \\Delta` of each hop's Gaussian noise.
         noise_shares: ``m``: the clients whose noise shares make up one DP-SGD step's noise (node level).
         gradient_noise_share_std: Each client's share :math:`z C / \\sqrt m` of a DP-SGD step's noise.
@@ -95,13 +97,14 @@ def make_plan(
     """
     hops = resolve_hops(options, model_name, model_layers)
     enc_rounds = options.encoder_rounds if options.encoder_rounds is not None else rounds
-    cls_rounds = rounds if hops > 0 else 0
+    cls_rounds = (options.classifier_rounds or rounds) if hops > 0 else 0
     delta = options.delta if options.delta is not None else 1.0 / (10 * max(1, num_nodes))
     shares = max(1, clients_per_round)
+    agg_scale = options.aggregation_noise_scale
     if options.privacy == "node":
         parts = [
             Mechanism("encoder DP-SGD", options.sample_rate, enc_rounds),
-            Mechanism("aggregation perturbation", 1.0, hops),
+            Mechanism("aggregation perturbation", 1.0, hops, agg_scale),
             Mechanism("classifier DP-SGD", options.sample_rate, cls_rounds),
         ]
     else:
@@ -123,6 +126,7 @@ def make_plan(
         delta=delta,
         assumptions=_assumptions(options, options.delta is None, shares),
     )
-    std = z * aggregation_sensitivity(options.privacy, options.degree_bound) if hops else 0.0
+    agg_z = z * agg_scale if options.privacy == "node" else z
+    std = agg_z * aggregation_sensitivity(options.privacy, options.degree_bound) if hops else 0.0
     share = z * options.clip / math.sqrt(shares) if options.privacy == "node" else 0.0
     return GAPPlan(hops, enc_rounds, cls_rounds, z, std, shares, share, statement)

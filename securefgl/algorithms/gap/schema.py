@@ -14,15 +14,17 @@ from collections.abc import Mapping
 import torch
 
 from securefgl.algorithms.baselines.fedavg.schema import model_schema
-from securefgl.algorithms.gap.model import CLASSIFIER_PARTS, ENCODER_PARTS
+from securefgl.algorithms.gap.model import phase_parts
 from securefgl.protocols.encoding import BlockSpec, SumSchema
 
 __all__ = ["gradient_schema", "phase_params", "round_schema"]
 
 
-def phase_params(broadcast: Mapping[str, torch.Tensor], phase: str) -> dict[str, torch.Tensor]:
-    """The parameters a phase trains and sums (``encoder``: encoder and head; else the classifier)."""
-    parts = ENCODER_PARTS if phase == "encoder" else CLASSIFIER_PARTS
+def phase_params(
+    broadcast: Mapping[str, torch.Tensor], phase: str, classifier: str = "gap"
+) -> dict[str, torch.Tensor]:
+    """The parameters a phase trains and sums (:func:`~securefgl.algorithms.gap.model.phase_parts`)."""
+    parts = phase_parts(phase, classifier)
     return {n: v for n, v in broadcast.items() if n.startswith(parts)}
 
 
@@ -30,6 +32,7 @@ def round_schema(
     broadcast: Mapping[str, torch.Tensor],
     phase: str,
     *,
+    classifier: str = "gap",
     param_bound: float,
     count_bound: int,
     delta: bool,
@@ -37,7 +40,7 @@ def round_schema(
 ) -> SumSchema:
     """The round's sum (see the module docstring); ``count_bound`` 1 for uniform weights or deltas."""
     return model_schema(
-        phase_params(broadcast, phase),
+        phase_params(broadcast, phase, classifier),
         param_bound=param_bound,
         count_bound=count_bound,
         delta=delta,
@@ -49,6 +52,7 @@ def gradient_schema(
     broadcast: Mapping[str, torch.Tensor],
     phase: str,
     *,
+    classifier: str = "gap",
     clip: float,
     count_bound: int,
     share_std: float,
@@ -60,6 +64,6 @@ def gradient_schema(
     bound = count_bound * clip + 20.0 * share_std
     blocks = [
         BlockSpec(f"g.{n}", tuple(v.shape), bound=bound, dp=dp)
-        for n, v in phase_params(broadcast, phase).items()
+        for n, v in phase_params(broadcast, phase, classifier).items()
     ]
     return SumSchema(blocks, max_clients=max_clients, min_contributors=min(noise_shares, max_clients))

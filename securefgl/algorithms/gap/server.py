@@ -54,7 +54,7 @@ class GAPServer:
         den = float(sums["n"][0])
         if den > 0:
             params = server["params"]
-            for name, v in phase_params(params, rs.phase).items():
+            for name, v in phase_params(params, rs.phase, self.options.classifier).items():
                 if f"d.{name}" in sums:
                     new = v.to(torch.float64) + sums[f"d.{name}"].to(torch.float64).to(v.device) / den
                 else:
@@ -68,7 +68,7 @@ class GAPServer:
         moments = server.setdefault("adam", {})
         t = server.setdefault("adam_t", {}).get(phase, 0) + 1
         server["adam_t"][phase] = t
-        for name, v in phase_params(params, phase).items():
+        for name, v in phase_params(params, phase, self.options.classifier).items():
             g = sums[f"g.{name}"].to(torch.float64).to(v.device)
             m, s2 = moments.get(name, (torch.zeros_like(g), torch.zeros_like(g)))
             m = b1 * m + (1 - b1) * g
