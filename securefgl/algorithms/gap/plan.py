@@ -68,6 +68,15 @@ def _assumptions(options: Any, delta_default: bool, noise_shares: int) -> list[s
             f"sum of the shares of m={noise_shares} clients, released only inside the secure sum (a sum with fewer "
             "shares is refused); against the server colluding with c clients the noise variance is (m - c) / m "
             "of the stated one",
+            *(
+                [
+                    "residual classifier: the classifier DP-SGD steps also train the encoder; a node's example "
+                    "reads only its own features, its label and its own rows of the noised aggregates, so one "
+                    "node still moves a step's sum by at most C"
+                ]
+                if options.classifier == "residual"
+                else []
+            ),
             "not covered: the evaluation counts (correct/total per split) released for reporting; best-round "
             "selection (train.select_best) reads them, the final model does not",
         ]
