@@ -10,6 +10,9 @@ GAP edge-level              ``--algorithm gap --privacy edge --epsilon E`` (gcn:
 GAP node-level              ``--algorithm gap --privacy node --epsilon E`` (GAP's modules: 2 hops, D=10)
 GAP node residual-vote      the same with one hop of neighbour votes (``embedding=vote``, D=5) and the
                             residual classifier (``classifier=residual``; 30 + 20 rounds)
+GAP node vote-head          the 50-round encoder frozen, plus a node-DP head on exact neighbour votes
+                            (``classifier=head``, 20 full-batch rounds; the model is node-DP, predictions
+                            on a client's own graph are not covered when published)
 DP-MLP node-level           the same with ``--model mlp`` (0 hops: DP-SGD on features only)
 GAP / MLP non-private       epsilon inf (same architectures, no noise, no clipping)
 FedAvg GCN                  the non-private GNN (``--algorithm fedavg --model gcn``)
@@ -43,6 +46,7 @@ METHODS: dict[str, tuple[str, str, str | None, tuple[float, ...]]] = {
     "GAP edge": ("gap", "gcn", "edge", EPSILONS),
     "GAP node": ("gap", "gcn", "node", EPSILONS[:-1]),
     "GAP node residual-vote": ("gap", "gcn", "node", EPSILONS[:-1]),
+    "GAP node vote-head": ("gap", "gcn", "node", EPSILONS[:-1]),
     "DP-MLP node": ("gap", "mlp", "node", EPSILONS),
     "FedAvg GCN (non-private)": ("fedavg", "gcn", None, (math.inf,)),
     "DP-FedAvg client": ("fedavg", "gcn", "client", (1.0, 8.0)),
@@ -58,6 +62,16 @@ METHOD_OPTIONS: dict[str, dict[str, Any]] = {
         "degree_bound": 5,
         "encoder_rounds": 30,
         "classifier_rounds": 20,
+    },
+    "GAP node vote-head": {
+        "embedding": "vote",
+        "classifier": "head",
+        "hops": 1,
+        "degree_bound": 5,
+        "encoder_rounds": 50,
+        "classifier_rounds": 20,
+        "link_prior": 1.0,
+        "aggregation_noise_scale": 5.0,
     },
 }
 

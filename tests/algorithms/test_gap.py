@@ -126,6 +126,7 @@ def test_dp_mlp_is_one_phase() -> None:
         ({"classifier": "mlp"}, "classifier"),
         ({"classifier_rounds": 0}, "classifier_rounds"),
         ({"aggregation_noise_scale": 0.0}, "aggregation_noise_scale"),
+        ({"link_prior": math.nan}, "link_prior"),
     ],
 )
 def test_bad_options_are_named(options: dict, match: str) -> None:
@@ -206,3 +207,103 @@ def test_node_level_residual_runs_under_secagg_as_plaintext(embedding: str) -> N
     assert [r.metrics for r in plain.seeds[0].rounds] == [r.metrics for r in secure.seeds[0].rounds]
     assert [r.phase for r in secure.seeds[0].rounds] == ["encoder"] * 6 + ["classifier"] * 3
     assert [m["steps"] for m in secure.privacy["mechanisms"]] == [6, 1, 3]
+
+
+def test_the_node_dp_head_reads_the_frozen_encoder_and_trains_only_links() -> None:
+    from securefgl.algorithms.gap.schema import phase_params
+
+    model = _tiny_model(embedding="vote", classifier="head", link_prior=1.5)
+    assert torch.equal(model.cls.links[0].weight, 1.5 * torch.eye(3))  # the public prior
+    x = torch.randn(10, 6, generator=torch.Generator().manual_seed(1))
+    aggs = [torch.randn(10, 3), torch.randn(10, 3)]
+    logits, agg = model.classifier_inputs(x, aggs)
+    assert not logits.requires_grad and torch.equal(logits, model.enc(x).detach()) and agg is aggs[1]
+    model.eval()
+    assert torch.allclose(model.cls(logits, agg), logits + 1.5 * agg)
+    assert sorted(phase_params(model.flat_state(), "classifier", "head")) == [
+        "links.0.bias",
+        "links.0.weight",
+    ]
+
+
+def test_the_head_plan_has_no_aggregation_noise_and_its_steps_the_node_sensitivity() -> None:
+    from opacus.accountants import RDPAccountant
+
+    kw = {"model_layers": 2, "rounds": 20, "num_nodes": 1000, "clients_per_round": 10}
+    opts = GAPOptions(
+        privacy="node",
+        epsilon=4.0,
+        embedding="vote",
+        classifier="head",
+        hops=1,
+        degree_bound=3,
+        classifier_rounds=6,
+        aggregation_noise_scale=4.0,
+    )
+    plan = make_plan(opts, model_name="gcn", **kw)
+    assert plan.aggregation_noise_std == 0.0 and plan.classifier_sample_rate == 1.0
+    z = plan.noise_multiplier
+    assert plan.classifier_noise_share_std == pytest.approx(
+        4.0 * z * 7 * opts.clip / math.sqrt(10)
+    )  # (2D+1)C
+    names = [m["name"] for m in plan.statement.mechanisms]
+    assert names[0] == "encoder DP-SGD" and names[1].startswith("head DP-GD") and len(names) == 2
+    acc = RDPAccountant()
+    acc.history = [(z, opts.sample_rate, 20), (4.0 * z, 1.0, 6)]
+    assert plan.statement.epsilon == pytest.approx(acc.get_epsilon(plan.statement.delta), rel=1e-12)
+    assert any("(2D+1)C = 7C" in a and "not covered if published" in a for a in plan.statement.assumptions)
+
+
+def test_removing_one_node_moves_the_heads_clipped_sum_by_at_most_2d_plus_1_clips() -> None:
+    from securefgl.privacy import bound_degree, dp_gradient_sum, perturbed_aggregates
+
+    gen = torch.Generator().manual_seed(0)
+    n, d_bound, clip = 40, 3, 0.5
+    edges = torch.randint(0, n, (2, 200), generator=gen)
+    edges = bound_degree(edges[:, edges[0] != edges[1]], n, d_bound, generator=gen)
+    model = _tiny_model(embedding="vote", classifier="head", link_prior=1.0)
+    model.eval()
+    x = 3 * torch.randn(n, 6, generator=gen)
+    y = torch.randint(0, 3, (n,), generator=gen)
+
+    def clipped_sum(keep: torch.Tensor) -> torch.Tensor:
+        idx = keep.nonzero().flatten()
+        remap = torch.full((n,), -1, dtype=torch.long)
+        remap[idx] = torch.arange(idx.numel())
+        e = edges[:, keep[edges[0]] & keep[edges[1]]]  # the node and its edges leave the bounded graph
+        aggs = perturbed_aggregates(model.embedding(x[idx]), remap[e], 1, noise_std=0.0, generator=None)
+        inputs = model.classifier_inputs(x[idx], aggs)
+        g, _ = dp_gradient_sum(
+            model.cls,
+            inputs,
+            y[idx],
+            sample_rate=1.0,
+            clip=clip,
+            noise_std=0.0,
+            sampling_generator=torch.Generator().manual_seed(1),
+            noise_generator=None,
+        )
+        return torch.cat([v.flatten() for v in g.values()])
+
+    full = clipped_sum(torch.ones(n, dtype=torch.bool))
+    degree = torch.bincount(edges[0], minlength=n)
+    hub = int(degree.argmax())
+    assert int(degree[hub]) == d_bound  # a node at the bound: its removal changes D other aggregates
+    for v in {hub, 0, 7}:
+        keep = torch.ones(n, dtype=torch.bool)
+        keep[v] = False
+        moved = float((full - clipped_sum(keep)).norm())
+        assert 0 < moved <= (2 * d_bound + 1) * clip + 1e-9
+
+
+def test_node_level_head_runs_under_secagg_as_plaintext() -> None:
+    opts = {"privacy": "node", "epsilon": 4.0, "embedding": "vote", "classifier": "head", "hops": 1}
+    plain = _run("plaintext", **opts, classifier_rounds=3, link_prior=1.0)
+    secure = _run("secagg", **opts, classifier_rounds=3, link_prior=1.0)
+    # The head's sums carry the noise of the (2D+1)C sensitivity, so the fixed-point grid of the secure sum is
+    # coarser than in the other phases and the result equals plaintext up to the grid, not to the last bit.
+    (p,), (q,) = ([r.metrics for r in res.seeds[0].rounds if r.metrics] for res in (plain, secure))
+    assert q["val_loss"] == pytest.approx(p["val_loss"], rel=5e-3)
+    assert abs(q["test_acc"] - p["test_acc"]) <= 0.02
+    assert [r.phase for r in secure.seeds[0].rounds] == ["encoder"] * 6 + ["classifier"] * 3
+    assert [m["sample_rate"] for m in secure.privacy["mechanisms"]] == [0.25, 1.0]

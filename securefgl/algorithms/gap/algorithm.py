@@ -14,7 +14,10 @@ GAP splits a GNN into three modules so that the edges are queried a fixed number
    aggregates the encoder's one-hot predicted class (a noisy count of the neighbours' classes) and
    ``classifier=residual`` adds a zero-started linear term per hop to the encoder's own logits and trains the
    encoder on (:mod:`securefgl.algorithms.gap.model`); ``aggregation_noise_scale`` sets the hops' noise
-   multiplier relative to the DP-SGD parts'.
+   multiplier relative to the DP-SGD parts'. ``classifier=head`` replaces the aggregation perturbation: the
+   frozen encoder's logits plus per-hop links on the exact aggregates, trained with full-batch DP gradient
+   descent at the node sensitivity ``(2D + 1) C``; the released model is node-DP, the client's predictions on
+   its own graph are not (GAP's guarantee covers them).
 
 Federated, every client runs the three steps on its own subgraph, and the encoder and classifier are learnt over
 secure sums (phases ``encoder`` then ``classifier``). Under node-level DP each round is one federated DP-SGD step:
@@ -95,7 +98,9 @@ class GAP(GAPServer, GAPClient, Algorithm):
                 classifier=self.options.classifier,
                 clip=self.options.clip,
                 count_bound=self.setting.count_bound,
-                share_std=self.plan.gradient_noise_share_std,
+                share_std=self.plan.gradient_noise_share_std
+                if rs.phase == "encoder"
+                else self.plan.classifier_noise_share_std,
                 noise_shares=self.plan.noise_shares,
                 dp=self.setting.protocol.dp,
                 max_clients=max_clients,

@@ -10,7 +10,9 @@ Per client :math:`k`, on its own subgraph only:
    aggregation (:func:`securefgl.privacy.perturbed_aggregates`), computed once and kept in ``client.state``:
    recomputing would spend the aggregation budget again;
 4. classifier phase, every round: the same for the classifier on the local training nodes' rows of
-   :math:`X^{(0..K)}` (the residual classifier: their features and :math:`X^{(1..K)}`).
+   :math:`X^{(0..K)}` (the residual classifier: their features and :math:`X^{(1..K)}`; the head: the frozen
+   encoder's logits and the exact :math:`X^{(1..K)}`, every training node in every step, with the noise of
+   the ``(2D + 1) C`` sensitivity).
 
 Evaluation applies the broadcast model to the client's own aggregates, client side.
 """
@@ -74,7 +76,7 @@ class GAPClient:
             model.eval()
             with torch.no_grad():
                 x0 = model.embedding(client.data.x)
-                noise = self.plan.aggregation_noise_std if self.options.private else 0.0
+                noise = self.plan.aggregation_noise_std if self.options.private else 0.0  # 0 for the head
                 aggs = perturbed_aggregates(
                     x0.cpu(), st["edges"].cpu(), self.plan.hops, noise_std=noise, generator=st["noise"]
                 )
@@ -119,13 +121,16 @@ class GAPClient:
                 inputs = [a[mask] for a in model.classifier_inputs(c.data.x, self._aggregates(c, model))]
             if self._node_private():
                 module.generator = c.generator  # type: ignore[assignment]  # seeded dropout
+                enc_phase = rs.phase == "encoder"
                 grads, loss = dp_gradient_sum(
                     module,
                     inputs,
                     c.data.y[mask],
-                    sample_rate=self.options.sample_rate,
+                    sample_rate=self.options.sample_rate if enc_phase else self.plan.classifier_sample_rate,
                     clip=self.options.clip,
-                    noise_std=self.plan.gradient_noise_share_std,
+                    noise_std=self.plan.gradient_noise_share_std
+                    if enc_phase
+                    else self.plan.classifier_noise_share_std,
                     sampling_generator=c.generator,
                     noise_generator=c.state["gap"]["noise"],
                 )

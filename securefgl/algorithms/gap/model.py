@@ -7,6 +7,11 @@ r"""GAP's three modules as one ``torch.nn.Module`` of ``torch.nn.Linear`` layers
   classes, the whole unit norm of a row in one coordinate);
 * classifier ``"gap"`` (GAP's paper): one base layer (Linear + ReLU) per hop :math:`k = 0..K` on
   :math:`X^{(k)}`, concatenated, then a linear ``out`` layer to the classes, the encoder frozen;
+* classifier ``"head"``: the frozen encoder's logits plus the same links, on exact (un-noised) aggregates: the
+  links are trained with full-batch DP gradient descent at the node-level sensitivity ``(2D + 1) C`` of the
+  sum (a node is its own example and in the aggregates of at most ``D`` others), so the released model is
+  node-DP without noising the aggregates, and predictions read the client's exact graph (not covered when
+  published);
 * classifier ``"residual"``: the encoder's own logits on the raw features plus a linear ``link`` per hop
   :math:`k = 1..K`, started at zero and trained with the encoder: the classifier phase starts from the
   encoder's prediction, and its DP-SGD steps keep improving the encoder instead of fitting a new model on a
@@ -105,6 +110,19 @@ class _Residual(_Dropout):
         return out
 
 
+class _Head(_Dropout):
+    """The frozen encoder's logits (an input) plus one linear term per hop: ``forward(logits, x1, ..., xK)``."""
+
+    def __init__(self, links: torch.nn.ModuleList) -> None:
+        super().__init__(0.0)
+        self.links = links
+
+    def forward(self, logits: Tensor, *aggs: Tensor) -> Tensor:
+        for link, a in zip(self.links, aggs, strict=True):
+            logits = logits + link(a)
+        return logits
+
+
 class GAPModel(torch.nn.Module):
     """The encoder (with its head) and the classifier of GAP.
 
@@ -119,7 +137,10 @@ class GAPModel(torch.nn.Module):
             (the head's class probabilities) or ``"vote"`` (the one-hot predicted class), both ``C`` wide
             (:meth:`embedding`).
         classifier: ``"gap"`` (per-hop layers, concatenated, then a linear output) or ``"residual"`` (the
-            encoder's logits plus a zero-initialised linear term per hop ``k >= 1``; see :class:`_Residual`).
+            encoder's logits plus a zero-initialised linear term per hop ``k >= 1``; see :class:`_Residual`) or
+            ``"head"`` (the same terms on the frozen encoder's logits; see :class:`_Head`).
+        link_prior: Start of every link's weight as ``link_prior * I`` when the aggregates are ``C`` wide (a
+            public prior: a neighbour's vote backs its class); 0 starts the links at zero.
         dropout: Dropout before every linear layer (seeded: set ``enc.generator`` and ``cls.generator``).
         generator: Initialisation randomness (Glorot-uniform weights, zero biases); ``None`` leaves PyTorch's.
     """
@@ -135,6 +156,7 @@ class GAPModel(torch.nn.Module):
         encoder_dim: int,
         embedding: str = "hidden",
         classifier: str = "gap",
+        link_prior: float = 0.0,
         dropout: float = 0.0,
         generator: torch.Generator | None = None,
     ) -> None:
@@ -145,8 +167,10 @@ class GAPModel(torch.nn.Module):
         self.embedding_kind = embedding
         self.enc = _Encoder(enc, torch.nn.Linear(encoder_dim, num_classes), dropout)
         width = num_classes if embedding in ("prediction", "vote") else encoder_dim
-        self.cls: _Classifier | _Residual | None = None
-        if hops > 0 and classifier == "residual":
+        self.cls: _Classifier | _Residual | _Head | None = None
+        if hops > 0 and classifier == "head":
+            self.cls = _Head(torch.nn.ModuleList(torch.nn.Linear(width, num_classes) for _ in range(hops)))
+        elif hops > 0 and classifier == "residual":
             links = torch.nn.ModuleList(torch.nn.Linear(width, num_classes) for _ in range(hops))
             self.cls = _Residual(self.enc, links, dropout)
         elif hops > 0:
@@ -157,10 +181,15 @@ class GAPModel(torch.nn.Module):
             )
         if generator is not None:
             init_parameters(self, generator)
-        if isinstance(self.cls, _Residual):
+        if isinstance(self.cls, _Residual | _Head):
             with torch.no_grad():
                 for p in self.cls.links.parameters():
                     p.zero_()
+                if (
+                    link_prior and width == num_classes
+                ):  # class-wide aggregates: a neighbour's vote backs its class
+                    for link in self.cls.links:
+                        link.weight.copy_(link_prior * torch.eye(num_classes))
 
     @property
     def residual(self) -> bool:
@@ -169,6 +198,9 @@ class GAPModel(torch.nn.Module):
 
     def classifier_inputs(self, x: Tensor, aggregates: list[Tensor]) -> list[Tensor]:
         """What the classifier reads: :math:`X^{(0..K)}`, or the features and :math:`X^{(1..K)}` (residual)."""
+        if isinstance(self.cls, _Head):
+            with torch.no_grad():
+                return [self.enc(x), *aggregates[1:]]
         return [x, *aggregates[1:]] if self.residual else list(aggregates)
 
     def embedding(self, x: Tensor) -> Tensor:
@@ -210,6 +242,7 @@ def build_gap_model(
         encoder_dim=options.encoder_dim,
         embedding=options.embedding,
         classifier=options.classifier,
+        link_prior=options.link_prior,
         dropout=dropout,
         generator=generator,
     ).to(setting.device)
@@ -220,6 +253,8 @@ def phase_parts(phase: str, classifier: str) -> tuple[str, ...]:
     ``"residual"``: the encoder, head and links)."""
     if phase == "encoder":
         return ENCODER_PARTS
+    if classifier == "head":
+        return RESIDUAL_PARTS
     return ENCODER_PARTS + RESIDUAL_PARTS if classifier == "residual" else CLASSIFIER_PARTS
 
 

@@ -16,8 +16,9 @@ PRIVACY_UNITS = ("node", "edge", "none")
 #: What the aggregation module aggregates: the encoder's hidden output or its head's class probabilities.
 EMBEDDINGS = ("hidden", "prediction", "vote")
 
-#: The classification modules: GAP's per-hop layers, or the encoder plus per-hop linear terms.
-CLASSIFIERS = ("gap", "residual")
+#: The classification modules: GAP's per-hop layers, the encoder plus per-hop linear terms (trained on), or
+#: the frozen encoder plus per-hop linear terms on exact aggregates (a node-DP head).
+CLASSIFIERS = ("gap", "residual", "head")
 
 
 @dataclass(frozen=True)
@@ -50,9 +51,16 @@ class GAPOptions:
             concatenated, then a linear output, trained from scratch) or ``"residual"`` (the encoder's own
             logits plus a zero-initialised linear term per hop :math:`X^{(1..K)}`, the encoder trained on: the
             classifier starts as the encoder's prediction and its DP-SGD steps also improve the encoder).
-            (default: ``"gap"``)
+            ``"head"``: the frozen encoder's logits plus one linear term per hop on the **exact** aggregates,
+            trained with full-batch DP gradient descent at node sensitivity ``(2D + 1) C`` (no aggregation
+            noise): the released model is node-DP, but predictions computed on the client's own graph read its
+            neighbours' exact votes and are not covered if published (GAP's guarantee covers them; this
+            one, as Daigavane et al. 2021, covers the model). (default: ``"gap"``)
+        link_prior: Start of every per-hop link as ``link_prior * I`` when the aggregates are class-wide
+            (``prediction`` or ``vote``): a public prior that a neighbour's vote backs its class. (default: ``0.0``)
         aggregation_noise_scale: The aggregation hops' noise multiplier over the DP-SGD parts' one: above 1
-            spends less of the budget on the hops and more on the gradients. (default: ``1.0``)
+            spends less of the budget on the hops and more on the gradients; with ``classifier="head"`` it scales
+            the head's steps instead. (default: ``1.0``)
         param_bound: Public clip range of every uploaded parameter. (default: ``16.0``)
         noise: Randomness of the DP noise: ``"os"`` (a generator seeded from ``os.urandom``) or
             ``"insecure-seeded"`` (from the client's seeded generator: reproducible runs, for tests and
@@ -71,7 +79,8 @@ class GAPOptions:
     encoder_layers: int = 1
     encoder_dim: int = 16
     embedding: Literal["hidden", "prediction", "vote"] = "hidden"
-    classifier: Literal["gap", "residual"] = "gap"
+    classifier: Literal["gap", "residual", "head"] = "gap"
+    link_prior: float = 0.0
     aggregation_noise_scale: float = 1.0
     param_bound: float = 16.0
     noise: Literal["os", "insecure-seeded"] = "os"
@@ -107,6 +116,8 @@ class GAPOptions:
             raise ConfigError(
                 f"{where}.classifier: invalid value {self.classifier!r}; valid: {', '.join(CLASSIFIERS)}"
             )
+        if not math.isfinite(self.link_prior):
+            raise ConfigError(f"{where}.link_prior must be a finite number, got {self.link_prior}")
         if not (self.aggregation_noise_scale > 0 and math.isfinite(self.aggregation_noise_scale)):
             raise ConfigError(
                 f"{where}.aggregation_noise_scale must be a finite number > 0, got {self.aggregation_noise_scale}"

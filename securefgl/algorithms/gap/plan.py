@@ -55,6 +55,8 @@ class GAPPlan:
     noise_shares: int
     gradient_noise_share_std: float
     statement: PrivacyStatement
+    classifier_noise_share_std: float = 0.0
+    classifier_sample_rate: float = 1.0
 
 
 def _assumptions(options: Any, delta_default: bool, noise_shares: int) -> list[str]:
@@ -75,6 +77,17 @@ def _assumptions(options: Any, delta_default: bool, noise_shares: int) -> list[s
                     "node still moves a step's sum by at most C"
                 ]
                 if options.classifier == "residual"
+                else []
+            ),
+            *(
+                [
+                    f"head: full-batch DP gradient descent on the exact (un-noised) aggregates; removing a node "
+                    f"removes its own example and changes the aggregates of at most D others, so a step's clipped "
+                    f"sum moves by at most (2D+1)C = {2 * options.degree_bound + 1}C, the noise's scale; this covers "
+                    "the released model; predictions a client computes on its own graph read its neighbours' exact "
+                    "votes and are not covered if published"
+                ]
+                if options.classifier == "head"
                 else []
             ),
             "not covered: the evaluation counts (correct/total per split) released for reporting; best-round "
@@ -110,7 +123,18 @@ def make_plan(
     delta = options.delta if options.delta is not None else 1.0 / (10 * max(1, num_nodes))
     shares = max(1, clients_per_round)
     agg_scale = options.aggregation_noise_scale
-    if options.privacy == "node":
+    head = options.classifier == "head" and hops > 0
+    if options.privacy == "node" and head:
+        parts = [
+            Mechanism("encoder DP-SGD", options.sample_rate, enc_rounds),
+            Mechanism(
+                f"head DP-GD (full batch, sensitivity (2D+1)C = {2 * options.degree_bound + 1}C)",
+                1.0,
+                cls_rounds,
+                agg_scale,
+            ),
+        ]
+    elif options.privacy == "node":
         parts = [
             Mechanism("encoder DP-SGD", options.sample_rate, enc_rounds),
             Mechanism("aggregation perturbation", 1.0, hops, agg_scale),
@@ -138,4 +162,7 @@ def make_plan(
     agg_z = z * agg_scale if options.privacy == "node" else z
     std = agg_z * aggregation_sensitivity(options.privacy, options.degree_bound) if hops else 0.0
     share = z * options.clip / math.sqrt(shares) if options.privacy == "node" else 0.0
-    return GAPPlan(hops, enc_rounds, cls_rounds, z, std, shares, share, statement)
+    if options.privacy == "node" and head:
+        head_share = agg_z * (2 * options.degree_bound + 1) * options.clip / math.sqrt(shares)
+        return GAPPlan(hops, enc_rounds, cls_rounds, z, 0.0, shares, share, statement, head_share, 1.0)
+    return GAPPlan(hops, enc_rounds, cls_rounds, z, std, shares, share, statement, share, options.sample_rate)
