@@ -98,9 +98,7 @@ class GAP(GAPServer, GAPClient, Algorithm):
                 classifier=self.options.classifier,
                 clip=self.options.clip,
                 count_bound=self.setting.count_bound,
-                share_std=self.plan.gradient_noise_share_std
-                if rs.phase == "encoder"
-                else self.plan.classifier_noise_share_std,
+                share_std=self.plan.dp_step(rs.phase, self.options.sample_rate)[1],
                 noise_shares=self.plan.noise_shares,
                 dp=self.setting.protocol.dp,
                 max_clients=max_clients,

@@ -121,16 +121,14 @@ class GAPClient:
                 inputs = [a[mask] for a in model.classifier_inputs(c.data.x, self._aggregates(c, model))]
             if self._node_private():
                 module.generator = c.generator  # type: ignore[assignment]  # seeded dropout
-                enc_phase = rs.phase == "encoder"
+                rate, share = self.plan.dp_step(rs.phase, self.options.sample_rate)
                 grads, loss = dp_gradient_sum(
                     module,
                     inputs,
                     c.data.y[mask],
-                    sample_rate=self.options.sample_rate if enc_phase else self.plan.classifier_sample_rate,
+                    sample_rate=rate,
                     clip=self.options.clip,
-                    noise_std=self.plan.gradient_noise_share_std
-                    if enc_phase
-                    else self.plan.classifier_noise_share_std,
+                    noise_std=share,
                     sampling_generator=c.generator,
                     noise_generator=c.state["gap"]["noise"],
                 )

@@ -44,6 +44,9 @@ class GAPPlan:
         aggregation_noise_std: :math:`\\sigma = z \\Delta` of each hop's Gaussian noise.
         noise_shares: ``m``: the clients whose noise shares make up one DP-SGD step's noise (node level).
         gradient_noise_share_std: Each client's share :math:`z C / \\sqrt m` of a DP-SGD step's noise.
+        classifier_noise_share_std: Each client's noise share in a classifier step (the head's: scaled to its
+            ``(2D + 1) C`` sensitivity; else the DP-SGD one).
+        classifier_sample_rate: Sampling rate of a classifier step (1 for the head's full batch).
         statement: The run's :class:`~securefgl.privacy.PrivacyStatement`.
     """
 
@@ -57,6 +60,12 @@ class GAPPlan:
     statement: PrivacyStatement
     classifier_noise_share_std: float = 0.0
     classifier_sample_rate: float = 1.0
+
+    def dp_step(self, phase: str, encoder_sample_rate: float) -> tuple[float, float]:
+        """``(sampling rate, noise share std)`` of one node-level DP step of ``phase``."""
+        if phase == "encoder":
+            return encoder_sample_rate, self.gradient_noise_share_std
+        return self.classifier_sample_rate, self.classifier_noise_share_std
 
 
 def _assumptions(options: Any, delta_default: bool, noise_shares: int) -> list[str]:
