@@ -116,7 +116,7 @@ def deploy_command(
             while time.monotonic() < deadline and not status.startswith("finished"):
                 time.sleep(2.0)
                 offset = _follow(out_dir / "progress.log", offset)
-                status = fed.status(run_id)
+                status = fed.poll(run_id)
             _follow(out_dir / "progress.log", offset)
     except KeyboardInterrupt:
         print("[securefgl deploy] interrupted: every process stopped", file=sys.stderr)
