@@ -18,7 +18,10 @@ Usage::
     python benchmarks/deploy.py --clients 5 --rounds 4 --no-flower-ref --resumed
 
 Flower starts a ClientApp process per message and a SuperNode polls every few seconds when idle, so the deployed
-round is dominated by Flower's per-message latency on a small or busy machine. Flower's own SecAgg+ workflow on the
+round is dominated by Flower's per-message latency on a small or busy machine. ``--launches warm`` (the default,
+as ``securefgl deploy``) forks each ClientApp from a process that imported Flower once
+(:mod:`securefgl.deploy.warm`); ``--launches cold`` starts each from nothing, as Flower does; ``warm,cold`` runs
+both at each size, one after the other. Flower's own SecAgg+ workflow on the
 same payload (``benchmarks/flower_secagg_ref.py``) and plain Flower FedAvg run on the same federation after the
 deployed run (``--no-flower-ref`` skips them). Timings on a shared CPU are noisy; compare ratios from one run.
 """
@@ -83,7 +86,7 @@ def measure(args: argparse.Namespace, clients: int, work: Path) -> dict[str, Any
     export_clients(load_federated_graph(cfg_dep), work / "data")
     t0 = time.perf_counter()
     ref: dict[str, float] = {}
-    with LocalFederation(work / "fed", work / "data", clients) as fed:
+    with LocalFederation(work / "fed", work / "data", clients, warm=args.warm) as fed:
         fed.start()
         started = time.perf_counter() - t0
         run_id = fed.submit(fed.write_app(to_dict(cfg_dep), work / "dep", args.stage_timeout))
@@ -119,6 +122,7 @@ def measure(args: argparse.Namespace, clients: int, work: Path) -> dict[str, Any
             )
     return {
         "clients": clients,
+        "warm_clientapps": args.warm,
         "status": status,
         "federation_start_s": round(started, 1),
         "sim_round_s": round(sim_round, 3),
@@ -194,13 +198,24 @@ def main() -> None:
         action="store_true",
         help="also deploy the secagg+ job with resumed sessions (session_uses)",
     )
+    p.add_argument(
+        "--launches",
+        default="warm",
+        help="ClientApp launches: warm (forked from a process that imported Flower), cold (Flower's own: a "
+        "new process each), or warm,cold (both, one after the other at each size)",
+    )
     args = p.parse_args()
+    launches = [w.strip() for w in args.launches.split(",") if w.strip()]
+    if not launches or any(w not in ("warm", "cold") for w in launches):
+        p.error(f"--launches {args.launches!r}: give warm, cold or warm,cold")
     rows = []
     for n in [int(c) for c in args.clients.split(",")]:
-        with tempfile.TemporaryDirectory(prefix=f"bench-deploy-{n}-") as tmp:
-            row = measure(args, n, Path(tmp))
-        rows.append(row)
-        print(json.dumps(row), flush=True)
+        for launch in launches:
+            args.warm = launch == "warm"
+            with tempfile.TemporaryDirectory(prefix=f"bench-deploy-{n}-") as tmp:
+                row = measure(args, n, Path(tmp))
+            rows.append(row)
+            print(json.dumps(row), flush=True)
     if args.json is not None:
         args.json.write_text(json.dumps(rows, indent=2) + "\n")
 

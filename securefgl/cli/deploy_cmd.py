@@ -82,6 +82,13 @@ def deploy_command(
     stage_timeout: Annotated[float, typer.Option(help="Seconds to wait for one stage's replies.")] = 120.0,
     run_timeout: Annotated[float, typer.Option(help="Seconds the whole run may take.")] = 3600.0,
     workdir: Annotated[Path | None, typer.Option(help="Keep certificates, keys and logs here.")] = None,
+    warm: Annotated[
+        bool,
+        typer.Option(
+            help="Fork each message's ClientApp process from one that imported Flower once (--no-warm: start "
+            "each from nothing, as Flower does)."
+        ),
+    ] = True,
 ) -> None:
     """Run the job with a SuperLink and one SuperNode per client as separate processes (TLS, authenticated)."""
     from securefgl.api import load_federated_graph
@@ -105,7 +112,7 @@ def deploy_command(
         file=sys.stderr,
     )
     try:
-        with LocalFederation(work, work / "data", fg.num_clients) as fed:
+        with LocalFederation(work, work / "data", fg.num_clients, warm=warm) as fed:
             fed.start()
             print(
                 f"[securefgl deploy] SuperLink (TLS, SuperNode auth) and {fg.num_clients} SuperNodes up",

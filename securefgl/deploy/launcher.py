@@ -94,12 +94,15 @@ class LocalFederation:
         workdir: Folder for certificates, keys, logs, Flower homes and the generated Flower project.
         data_dir: Folder of the exported client files (``client-<i>.pt``).
         num_clients: SuperNodes to start.
+        warm: Fork each SuperNode's per-message ClientApp processes from a warm server that imported Flower
+            once (:mod:`securefgl.deploy.warm`) instead of starting each from nothing. (default: ``True``)
     """
 
-    def __init__(self, workdir: Path, data_dir: Path, num_clients: int) -> None:
+    def __init__(self, workdir: Path, data_dir: Path, num_clients: int, *, warm: bool = True) -> None:
         self.workdir, self.data_dir, self.n = Path(workdir), Path(data_dir), int(num_clients)
+        self.warm = bool(warm)
         self.procs: list[subprocess.Popen] = []
-        self.nodes: dict[int, tuple[subprocess.Popen, subprocess.Popen]] = {}
+        self.nodes: dict[int, tuple[subprocess.Popen, ...]] = {}
         self.logs = self.workdir / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
         # Flower 1.41 serves the Fleet, Control and Runtime APIs over one HTTPS port.
@@ -199,12 +202,21 @@ class LocalFederation:
         for i in range(self.n):
             self.start_node(i)
 
-    def start_node(self, i: int, keys: NodeKeys | None = None) -> tuple[subprocess.Popen, subprocess.Popen]:
-        """Start SuperNode ``i`` (with ``keys``, default its registered ones) and its worker."""
+    def start_node(self, i: int, keys: NodeKeys | None = None) -> tuple[subprocess.Popen, ...]:
+        """Start SuperNode ``i`` (with ``keys``, default its registered ones), its worker and, when ``warm``, its
+        warm ClientApp server; return their processes, the SuperNode first."""
         assert self.tls is not None
         keys = keys or self.keys[i]
         sock = self.workdir / "sockets" / f"client-{i}.sock"
         sock.parent.mkdir(mode=0o700, exist_ok=True)
+        env = self._env(f"node-{i}")
+        warm_sock = self.workdir / "sockets" / f"clientapp-{i}.sock"
+        if self.warm:
+            from securefgl.deploy.warm import ENV_SOCKET, write_shim
+
+            shim = write_shim(self.workdir / "bin", warm_sock)
+            env["PATH"] = f"{shim.parent}{os.pathsep}{env.get('PATH', '')}"
+            env[ENV_SOCKET] = str(warm_sock)
         node = self._spawn(
             [
                 "flower-supernode",
@@ -222,7 +234,7 @@ class LocalFederation:
                 "3",
             ],
             f"supernode-{i}.log",
-            self._env(f"node-{i}"),
+            env,
         )
         worker = self._spawn(
             [
@@ -241,7 +253,23 @@ class LocalFederation:
             self._env(f"node-{i}"),
         )
         self.nodes[i] = (node, worker)
-        return node, worker
+        if self.warm:
+            warm = self._spawn(
+                [
+                    sys.executable,
+                    "-m",
+                    "securefgl.deploy.warm",
+                    "serve",
+                    "--socket",
+                    str(warm_sock),
+                    "--watch-pid",
+                    str(node.pid),
+                ],
+                f"warm-{i}.log",
+                env,
+            )
+            self.nodes[i] = (node, worker, warm)
+        return self.nodes[i]
 
     def _identity_args(self, i: int) -> list[str]:
         """Client ``i``'s identity key and the directory, as its organisation would configure them."""
@@ -265,21 +293,23 @@ class LocalFederation:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             offset = log.stat().st_size if log.exists() else 0
-            node, worker = self.start_node(i)
+            node, *helpers = self.start_node(i)
             while node.poll() is None and time.monotonic() < deadline:
                 with log.open("rb") as f:
                     f.seek(offset)
                     if b"SuperNode ID" in f.read():
                         return
                 time.sleep(0.5)
-            with suppress(ProcessLookupError):
-                os.killpg(worker.pid, signal.SIGKILL)
-            worker.wait()
+            for helper in helpers:
+                with suppress(ProcessLookupError):
+                    os.killpg(helper.pid, signal.SIGKILL)
+                helper.wait()
             time.sleep(5.0)
         raise DeploymentError(f"SuperNode {i} was not admitted again within {timeout:.0f} s")
 
     def kill_node(self, i: int) -> None:
-        """SIGKILL SuperNode ``i``'s process group (its ClientApp processes) and its worker's."""
+        """SIGKILL SuperNode ``i``'s process group, its worker's and its warm server's (with the ClientApp
+        processes in flight)."""
         for p in self.nodes[i]:
             with suppress(ProcessLookupError):
                 os.killpg(p.pid, signal.SIGKILL)

@@ -37,7 +37,7 @@ def test_unregistered_supernode_is_refused_and_nothing_outlives_the_federation(t
     with pytest.raises(RuntimeError, match="boom"), LocalFederation(tmp_path, tmp_path / "data", 1) as fed:
         fed.start()  # SuperLink with TLS and --enable-supernode-auth, node 0 registered and started
         intruder_keys = make_node_keys(tmp_path / "keys", "intruder")  # never registered
-        intruder, _ = fed.start_node(1, intruder_keys)
+        intruder, *_ = fed.start_node(1, intruder_keys)
         deadline = time.monotonic() + 45
         log = fed.logs / "supernode-1.log"
         refused = False
