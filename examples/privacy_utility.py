@@ -1,7 +1,8 @@
 """Privacy-utility of node- and edge-level DP in the federation (issue 24): GAP against DP-MLP and non-private.
 
 For each dataset (10 Louvain clients, split 50/25/25, protocol secagg), every method is one ``securefgl.run``
-over the seeds (mean ± std of test accuracy, node-weighted over clients):
+over the seeds (mean ± std of test accuracy, node-weighted over clients; on binary tasks such as Minesweeper
+and Tolokers, of the pooled test ROC AUC, their standard metric, read from the secure sums):
 
 ==========================  ==========================================================================
 row                         run
@@ -117,21 +118,34 @@ def run(dataset: str, seeds: list[int], out: Path, methods: list[str]) -> None:
             t0 = time.perf_counter()
             res = securefgl.run(_config(dataset, method, eps, seeds))
             acc = [s.summary()["test_acc"] for s in res.seeds]
+            auc = [s.summary().get("test_auc") for s in res.seeds]
             record = {
                 "dataset": dataset,
                 "method": method,
                 "epsilon": None if math.isinf(eps) else eps,
                 "seeds": seeds,
                 "test_acc": acc,
+                "test_auc": auc if all(a is not None for a in auc) else None,
                 "privacy": res.privacy,
                 "seconds": time.perf_counter() - t0,
             }
             path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-            mean = 100 * sum(acc) / len(acc)
+            metric = _metric([record])
+            mean = 100 * sum(record[metric]) / len(record[metric])
             print(
-                f"{dataset:10s} {method:26s} eps={eps:<5g} test {mean:5.1f}  ({record['seconds']:.0f} s)",
+                f"{dataset:10s} {method:26s} eps={eps:<5g} test {_LABEL[metric]} {mean:5.1f}  "
+                f"({record['seconds']:.0f} s)",
                 flush=True,
             )
+
+
+#: How the table and plot name each metric.
+_LABEL = {"test_acc": "accuracy %", "test_auc": "ROC AUC %"}
+
+
+def _metric(records: list[dict[str, Any]]) -> str:
+    """``test_auc`` when every record has it (a binary task: its standard metric), else ``test_acc``."""
+    return "test_auc" if records and all(r.get("test_auc") for r in records) else "test_acc"
 
 
 def _mean_std(xs: list[float]) -> tuple[float, float]:
@@ -145,11 +159,17 @@ def _merge(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     merged: dict[tuple[Any, ...], dict[str, Any]] = {}
     for r in records:
         key = (r["dataset"], r["method"], r["epsilon"])
-        m = merged.setdefault(key, {**r, "seeds": [], "test_acc": []})
-        for seed, acc in zip(r["seeds"], r["test_acc"], strict=True):
+        auc = r.get("test_auc")
+        m = merged.setdefault(key, {**r, "seeds": [], "test_acc": [], "test_auc": [] if auc else None})
+        for i, (seed, acc) in enumerate(zip(r["seeds"], r["test_acc"], strict=True)):
             if seed not in m["seeds"]:
                 m["seeds"].append(seed)
                 m["test_acc"].append(acc)
+                if m["test_auc"] is not None:
+                    if not auc:
+                        m["test_auc"] = None
+                    else:
+                        m["test_auc"].append(auc[i])
     return list(merged.values())
 
 
@@ -159,10 +179,11 @@ def report(folder: Path, plot: Path | None) -> str:
     datasets = list(dict.fromkeys(r["dataset"] for r in records))
     cols = ["1", "2", "4", "8", "inf"]
     lines = [
-        "| dataset | method | " + " | ".join(f"eps={c}" for c in cols) + " | seeds |",
-        "|---|---|" + "---:|" * len(cols) + "---:|",
+        "| dataset | metric | method | " + " | ".join(f"eps={c}" for c in cols) + " | seeds |",
+        "|---|---|---|" + "---:|" * len(cols) + "---:|",
     ]
     for d in datasets:
+        metric = _metric([r for r in records if r["dataset"] == d])
         for method in METHODS:
             rows = {
                 ("inf" if r["epsilon"] is None else f"{r['epsilon']:g}"): r
@@ -174,13 +195,13 @@ def report(folder: Path, plot: Path | None) -> str:
             cells = []
             for c in cols:
                 if c in rows:
-                    m, s = _mean_std(rows[c]["test_acc"])
+                    m, s = _mean_std(rows[c][metric])
                     cells.append(f"{100 * m:.1f} ± {100 * s:.1f}")
                 else:
                     cells.append("")
             counts = sorted({len(r["seeds"]) for r in rows.values()})
             n = str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
-            lines.append(f"| {d} | {method} | " + " | ".join(cells) + f" | {n} |")
+            lines.append(f"| {d} | {_LABEL[metric]} | {method} | " + " | ".join(cells) + f" | {n} |")
     if plot is not None and records:
         _plot(records, datasets, plot)
     return "\n".join(lines)
@@ -195,6 +216,7 @@ def _plot(records: list[dict[str, Any]], datasets: list[str], path: Path) -> Non
     fig, axes = plt.subplots(1, len(datasets), figsize=(5 * len(datasets), 4), squeeze=False)
     xs = {1.0: 1, 2.0: 2, 4.0: 4, 8.0: 8, None: 16}
     for ax, d in zip(axes[0], datasets, strict=True):
+        metric = _metric([r for r in records if r["dataset"] == d])
         for method in METHODS:
             rs = sorted(
                 (r for r in records if r["dataset"] == d and r["method"] == method),
@@ -202,7 +224,7 @@ def _plot(records: list[dict[str, Any]], datasets: list[str], path: Path) -> Non
             )
             if not rs:
                 continue
-            ms = [_mean_std(r["test_acc"]) for r in rs]
+            ms = [_mean_std(r[metric]) for r in rs]
             ax.errorbar(
                 [xs[r["epsilon"]] for r in rs],
                 [100 * m for m, _ in ms],
@@ -214,7 +236,7 @@ def _plot(records: list[dict[str, Any]], datasets: list[str], path: Path) -> Non
         ax.set_xscale("log", base=2)
         ax.set_xticks([1, 2, 4, 8, 16], ["1", "2", "4", "8", "inf"])
         ax.set_xlabel("epsilon")
-        ax.set_ylabel("test accuracy (%)")
+        ax.set_ylabel(f"test {_LABEL[metric]}")
         ax.set_title(f"{d}: 10 clients, secagg")
         ax.legend(fontsize=7)
     fig.tight_layout()

@@ -278,7 +278,11 @@ class ClientHalf:
         rs = _rs(body)
         broadcast = dict(body["eval_broadcast"])
         logits = algorithm.evaluate([client], broadcast, rs)[self.id]
-        schema = evaluation_schema(algorithm.setting.count_bound, algorithm.setting.num_clients)
+        schema = evaluation_schema(
+            algorithm.setting.count_bound,
+            algorithm.setting.num_clients,
+            num_classes=algorithm.setting.num_classes,
+        )
         contrib = evaluation_contribution(
             client_metrics(self.id, logits, client.data, algorithm.setting.num_classes)
         )

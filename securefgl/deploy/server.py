@@ -231,7 +231,9 @@ class DeployedRun:
         self.protocol = deployed_protocol(cfg, fed.num_clients)
         state = self.algorithm.init_server(server_generator(self.seed))
         self.sampling = sampling_rng(self.seed)
-        self.eval_schema = evaluation_schema(self.setting.count_bound, self.k_all)
+        self.eval_schema = evaluation_schema(
+            self.setting.count_bound, self.k_all, num_classes=self.setting.num_classes
+        )
         self.server = FederationServer(
             self.algorithm,
             state,

@@ -10,8 +10,9 @@ per-client metric reaches the server. Per client ``k`` and split ``s``:
     n_{k,s},\quad c_{k,s} \;(\text{correct}),\quad \ell_{k,s} = \sum_{v} \min(\mathrm{CE}_v, 64),\quad
     w_{k,s} = N_k\,1[n_{k,s}>0],\quad N_k\,\mathrm{acc}_{k,s},\quad N_k\,\mathrm{F1}_{k,s}
 
-(and, on ``test``, the minority-class counts of FedSpray). Over clients the server computes exactly the
-rules of :mod:`securefgl.engine.metrics`:
+(and, on ``test``, the minority-class counts of FedSpray; on binary tasks, the per-bin counts of positive and
+negative nodes from which the pooled ROC AUC is read, :func:`auc_from_histograms`).
+Over clients the server computes exactly the rules of :mod:`securefgl.engine.metrics`:
 
 .. math::
     \mathrm{acc}_s = \frac{\sum_k N_k\,\mathrm{acc}_{k,s}}{\sum_k w_{k,s}},\qquad
@@ -19,7 +20,9 @@ rules of :mod:`securefgl.engine.metrics`:
 
 Counts are exact; the two weighted real blocks are fixed point with a step of :math:`2^{-f}` chosen as fine as
 the 64-bit ring allows (:func:`evaluation_schema`), so two rounds whose weighted accuracies differ by less than
-the sum's rounding bound count as a tie and the earlier round is kept (:class:`RoundSelector`). A per-node
+the sum's rounding bound count as a tie and the earlier round is kept (:class:`RoundSelector`). On binary tasks
+the best round is the one of highest validation ROC AUC instead (:func:`selection_metric`: accuracy says little
+when one class is most of the nodes), read from exact counts, so without a rounding bound. A per-node
 cross-entropy above 64 is clipped in the loss sum (reported only; it steers nothing).
 
 The per-client table a user sees (``SeedResult.final.per_client``) is computed on the client side and stays
@@ -34,6 +37,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
+from torch import Tensor
 
 from securefgl.errors import OverflowRiskError
 from securefgl.protocols.base import Contribution, Sums
@@ -43,12 +47,15 @@ if TYPE_CHECKING:
     from securefgl.engine.metrics import ClientMetrics
 
 __all__ = [
+    "AUC_BINS",
     "EVAL_KEY",
     "LOSS_CLIP",
     "RoundSelector",
+    "auc_from_histograms",
     "evaluation_contribution",
     "evaluation_schema",
     "metrics_from_sums",
+    "selection_metric",
     "selection_tolerance",
 ]
 
@@ -59,8 +66,28 @@ LOSS_CLIP = 64.0
 _SPLITS = ("val", "test")
 
 
+#: Bins of the class-1 probability in the ROC AUC histograms of binary tasks.
+AUC_BINS = 1024
+
+
+def auc_from_histograms(pos: Tensor, neg: Tensor) -> float:
+    r"""ROC AUC from per-bin counts: :math:`\sum_b p_b (\sum_{b'<b} n_{b'} + n_b / 2) / (PN)`, NaN without
+    both classes (a pair in one bin is a tie, as the rank AUC counts equal scores)."""
+    p, n = pos.double().reshape(-1), neg.double().reshape(-1)
+    total_p, total_n = float(p.sum()), float(n.sum())
+    if total_p <= 0 or total_n <= 0:
+        return float("nan")
+    below = torch.cumsum(n, 0) - n
+    return float((p * (below + 0.5 * n)).sum()) / (total_p * total_n)
+
+
 def evaluation_schema(
-    count_bound: int, max_clients: int, splits: Sequence[str] = _SPLITS, *, finest: int = 40
+    count_bound: int,
+    max_clients: int,
+    splits: Sequence[str] = _SPLITS,
+    *,
+    finest: int = 40,
+    num_classes: int | None = None,
 ) -> SumSchema:
     r"""The public schema of an evaluation sum.
 
@@ -70,6 +97,8 @@ def evaluation_schema(
         splits: The splits evaluated. (default: ``("val", "test")``)
         finest: The finest step tried for the real blocks is :math:`2^{-\mathrm{finest}}`; coarser steps are
             tried until the worst-case sum fits the 64-bit ring. (default: ``40``)
+        num_classes: The task's classes; with 2 the sum carries the ROC AUC histograms (``<split>.auc_pos``,
+            ``<split>.auc_neg``: :data:`AUC_BINS` counts each). (default: ``None``)
 
     Raises:
         OverflowRiskError: Even a step of 1 does not fit (more than about :math:`2^{50}` nodes).
@@ -90,6 +119,11 @@ def evaluation_schema(
                 BlockSpec("test.minority_n", (1,), kind="count", bound=bound),
                 BlockSpec("test.minority_correct", (1,), kind="count", bound=bound),
             ]
+        if num_classes == 2:
+            blocks += [
+                BlockSpec(f"{s}.auc_pos", (AUC_BINS,), kind="count", bound=bound),
+                BlockSpec(f"{s}.auc_neg", (AUC_BINS,), kind="count", bound=bound),
+            ]
     for f in range(finest, -1, -1):
         try:
             return SumSchema(blocks, max_clients=max(1, int(max_clients)), precision=2.0**-f)
@@ -101,7 +135,8 @@ def evaluation_schema(
 
 
 def evaluation_contribution(metrics: ClientMetrics, splits: Sequence[str] = _SPLITS) -> Contribution:
-    """One client's upload for the evaluation sum, from its own metrics (client side)."""
+    """One client's upload for the evaluation sum, from its own metrics (client side); the ROC AUC histograms
+    when the metrics have them (binary tasks: the schema's ``num_classes=2``)."""
     n_k = float(metrics.num_nodes)
     out: dict[str, torch.Tensor] = {}
     for s in splits:
@@ -117,6 +152,9 @@ def evaluation_contribution(metrics: ClientMetrics, splits: Sequence[str] = _SPL
         if s == "test":
             out["test.minority_n"] = torch.tensor([m.minority_n], dtype=torch.int64)
             out["test.minority_correct"] = torch.tensor([m.minority_correct], dtype=torch.int64)
+        if m.auc_pos is not None and m.auc_neg is not None:
+            out[f"{s}.auc_pos"] = m.auc_pos.to(torch.int64)
+            out[f"{s}.auc_neg"] = m.auc_neg.to(torch.int64)
     return out
 
 
@@ -138,15 +176,26 @@ def metrics_from_sums(sums: Mapping[str, torch.Tensor], splits: Sequence[str] = 
         out[f"{s}_loss"] = ratio(one(f"{s}.loss"), n)
         if s == "test":
             out["test_minority_acc"] = ratio(one("test.minority_correct"), one("test.minority_n"))
+        if f"{s}.auc_pos" in sums:
+            out[f"{s}_auc"] = auc_from_histograms(sums[f"{s}.auc_pos"], sums[f"{s}.auc_neg"])
     return out
 
 
-def selection_tolerance(sums: Sums, schema: SumSchema, split: str = "val") -> float:
-    """Bound on how far the summed weighted accuracy of ``split`` can be from the exact value.
+def selection_metric(overall: Mapping[str, float]) -> str:
+    """The metric the best round is chosen by: ``val_auc`` on binary tasks (it is in the sums), else
+    ``val_acc``."""
+    return "val_auc" if "val_auc" in overall else "val_acc"
+
+
+def selection_tolerance(sums: Sums, schema: SumSchema, split: str = "val", metric: str = "val_acc") -> float:
+    """Bound on how far the summed selection metric of ``split`` can be from the exact value.
 
     Each contributor's real block is within one grid step of its value (rounded on the client or by the
-    protocol's encoder), plus whatever error the protocol states for the sum (CKKS).
+    protocol's encoder), plus whatever error the protocol states for the sum (CKKS). The ROC AUC (``metric``
+    ``val_auc``) is read from counts, which every protocol sums exactly: 0.
     """
+    if metric.endswith("_auc"):
+        return 0.0
     name = f"{split}.acc_w"
     weight = float(sums[f"{split}.weight"].double().reshape(-1)[0])
     if weight <= 0:
@@ -159,8 +208,8 @@ def selection_tolerance(sums: Sums, schema: SumSchema, split: str = "val") -> fl
 class RoundSelector:
     """The server's model selection and early stopping, from evaluation sums only.
 
-    A round is better when its validation accuracy (``val_acc``, node-weighted over clients) exceeds the
-    best one by more than both rounds' rounding bounds; on a tie the earlier round stays. ``patience``
+    A round is better when its selection metric (:func:`selection_metric`: ``val_acc``, node-weighted over
+    clients, or ``val_auc`` on binary tasks) exceeds the best one by more than both rounds' rounding bounds; on a tie the earlier round stays. ``patience``
     evaluations without a better round stop the phase.
 
     Args:

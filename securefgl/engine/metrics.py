@@ -13,6 +13,12 @@ weighted by each client's total node count ``N_k``; ``acc_pooled`` (every test n
 micro average FedSpray reports), ``loss`` (pooled cross-entropy) and ``minority_acc`` (pooled over minority
 nodes) are reported beside them. Across seeds: mean and population standard deviation (``ddof=0``).
 
+Binary tasks (two classes: Tolokers, Minesweeper, Questions, whose standard metric is ROC AUC, Platonov et al.
+2023) also get ``auc``: each client counts its positive and negative nodes per bin of the class-1 probability
+(:data:`AUC_BINS` equal bins of [0, 1]), the counts add over clients, and the pooled ROC AUC is read from the
+summed histograms (:func:`auc_from_histograms`; two nodes in one bin count as a tie). Counts add exactly, so the
+pooled AUC is the same under every protocol; it differs from the exact rank AUC only by ties inside a bin.
+
 These are the experimenter's measurements of the simulated clients; no server step ever sees them.
 """
 
@@ -28,15 +34,29 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from securefgl.engine.evaluation import AUC_BINS, auc_from_histograms
+
 __all__ = [
+    "AUC_BINS",
     "ClientMetrics",
     "SplitMetrics",
     "aggregate_clients",
+    "auc_from_histograms",
     "client_metrics",
+    "score_histograms",
     "macro_f1",
     "majority_class",
     "mean_std",
 ]
+
+
+def score_histograms(scores: Tensor, target: Tensor, bins: int = AUC_BINS) -> tuple[Tensor, Tensor]:
+    """``(positives, negatives)``: int64 counts of class-1 and class-0 nodes per bin of ``scores`` in [0, 1]."""
+    idx = (scores.double().clamp(0.0, 1.0) * bins).long().clamp(max=bins - 1).cpu()
+    y = target.cpu()
+    pos = torch.bincount(idx[y == 1], minlength=bins)
+    neg = torch.bincount(idx[y != 1], minlength=bins)
+    return pos, neg
 
 
 def macro_f1(pred: Tensor, target: Tensor, num_classes: int) -> float:
@@ -73,6 +93,16 @@ class SplitMetrics:
     loss_sum: float
     minority_n: int = 0
     minority_correct: int = 0
+    #: Binary tasks: counts of positive / negative nodes per bin of the class-1 probability (else ``None``).
+    auc_pos: Tensor | None = None
+    auc_neg: Tensor | None = None
+
+    @property
+    def auc(self) -> float:
+        """ROC AUC on this split from the histograms (NaN when not a binary task or one class is absent)."""
+        if self.auc_pos is None or self.auc_neg is None:
+            return float("nan")
+        return auc_from_histograms(self.auc_pos, self.auc_neg)
 
     @property
     def loss(self) -> float:
@@ -98,6 +128,8 @@ class ClientMetrics:
             out[f"{name}_acc"] = s.acc
             out[f"{name}_f1"] = s.f1
             out[f"{name}_loss"] = s.loss
+            if s.auc_pos is not None:
+                out[f"{name}_auc"] = s.auc
             if name == "test":
                 out["test_minority_n"] = s.minority_n
                 out["test_minority_acc"] = s.minority_acc
@@ -134,6 +166,8 @@ def client_metrics(
             f1=macro_f1(ps, ys, num_classes),
             loss_sum=loss_sum,
         )
+        if num_classes == 2:
+            sm.auc_pos, sm.auc_neg = score_histograms(logits[mask].float().softmax(dim=-1)[:, 1], ys)
         if majority is not None:
             minority = ys != majority
             sm.minority_n = int(minority.sum())
@@ -152,7 +186,8 @@ def aggregate_clients(per_client: Sequence[ClientMetrics]) -> dict[str, float]:
     """Overall metrics over clients (see the module docstring for the rules).
 
     Returns:
-        ``{"<split>_acc", "<split>_f1", "<split>_acc_pooled", "<split>_loss", "test_minority_acc"}``.
+        ``{"<split>_acc", "<split>_f1", "<split>_acc_pooled", "<split>_loss", "test_minority_acc"}``, and
+        ``"<split>_auc"`` (pooled ROC AUC) on binary tasks.
         A client without nodes in a split is left out of that split's weighted average.
     """
     out: dict[str, float] = {}
@@ -166,6 +201,11 @@ def aggregate_clients(per_client: Sequence[ClientMetrics]) -> dict[str, float]:
         n = sum(m.n for m in ms)
         out[f"{split}_acc_pooled"] = sum(m.correct for m in ms) / n if n else float("nan")
         out[f"{split}_loss"] = sum(m.loss_sum for m in ms) / n if n else float("nan")
+        if all(m.auc_pos is not None and m.auc_neg is not None for m in ms):
+            out[f"{split}_auc"] = auc_from_histograms(
+                sum(m.auc_pos for m in ms),  # type: ignore[misc]
+                sum(m.auc_neg for m in ms),  # type: ignore[misc]
+            )
         if split == "test":
             mn = sum(m.minority_n for m in ms)
             out["test_minority_acc"] = sum(m.minority_correct for m in ms) / mn if mn else float("nan")

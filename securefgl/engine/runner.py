@@ -203,7 +203,9 @@ class _Run:
         # never communicates has no server, and its experimenter sums the counts in plaintext.
         inner = self.protocol.base if isinstance(self.protocol, DistributedDP) else self.protocol
         self.eval_protocol: Protocol = inner if inner is not None else _plaintext()
-        self.eval_schema = evaluation_schema(self.setting.count_bound, self.k_all)
+        self.eval_schema = evaluation_schema(
+            self.setting.count_bound, self.k_all, num_classes=self.setting.num_classes
+        )
         self.server = FederationServer(self.algorithm, state, broadcast, self.eval_schema, train.patience)
         # The clients' replica of the public server step (train.check_broadcast), rebuilt from the seed alone.
         self.verifier: BroadcastVerifier | None = None

@@ -14,7 +14,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from securefgl.algorithms.base import MAIN, Algorithm, Broadcast, Phase, RoundState, SumRequest
-from securefgl.engine.evaluation import RoundSelector, metrics_from_sums, selection_tolerance
+from securefgl.engine.evaluation import (
+    RoundSelector,
+    metrics_from_sums,
+    selection_metric,
+    selection_tolerance,
+)
 from securefgl.errors import TrainingError
 from securefgl.protocols.base import Sums
 from securefgl.protocols.encoding import SumSchema
@@ -72,7 +77,8 @@ class FederationServer:
         return self.broadcast
 
     def evaluated(self, sums: Sums, rs: RoundState, *, select: bool = True) -> tuple[dict[str, float], bool]:
-        """Read an evaluation sum: the overall metrics and whether this round is the phase's new best.
+        """Read an evaluation sum: the overall metrics and whether this round is the phase's new best (by
+        validation accuracy, or validation ROC AUC on binary tasks).
 
         Args:
             sums: The released evaluation sum.
@@ -83,8 +89,11 @@ class FederationServer:
         self.algorithm.server_evaluated(self.state, overall, rs)
         improved = True
         if select:
-            value = overall.get("val_acc", float("nan"))
-            improved = self.selector.observe(value, selection_tolerance(sums, self.eval_schema))
+            metric = selection_metric(overall)
+            value = overall.get(metric, float("nan"))
+            improved = self.selector.observe(
+                value, selection_tolerance(sums, self.eval_schema, metric=metric)
+            )
         return overall, improved
 
     @property

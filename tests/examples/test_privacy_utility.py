@@ -41,8 +41,8 @@ def test_the_table_and_plot_come_from_the_records(sweep, tmp_path: Path) -> None
         slug = sweep._slug("Cora", method, math.inf if eps is None else eps)
         (tmp_path / f"{slug}.json").write_text(json.dumps(record), encoding="utf-8")
     table = sweep.report(tmp_path, tmp_path / "plot.png")
-    assert "| Cora | GAP node |  |  |  | 45.0 ± 5.0 |  | 2 |" in table
-    assert "| Cora | GAP edge |  |  |  |  | 80.0 ± 10.0 | 2 |" in table
+    assert "| Cora | accuracy % | GAP node |  |  |  | 45.0 ± 5.0 |  | 2 |" in table
+    assert "| Cora | accuracy % | GAP edge |  |  |  |  | 80.0 ± 10.0 | 2 |" in table
     assert (tmp_path / "plot.png").stat().st_size > 0
 
 
@@ -52,4 +52,24 @@ def test_seeds_of_several_runs_are_pooled_once(sweep, tmp_path: Path) -> None:
         record = {"dataset": "Cora", "method": "GAP node", "epsilon": 8.0, "seeds": seeds, "test_acc": accs}
         (tmp_path / sub / "x.json").write_text(json.dumps(record), encoding="utf-8")
     table = sweep.report(tmp_path, None)
-    assert "| Cora | GAP node |  |  |  | 50.0 ± 8.2 |  | 3 |" in table  # seed 1 from the first run only
+    assert (
+        "| Cora | accuracy % | GAP node |  |  |  | 50.0 ± 8.2 |  | 3 |" in table
+    )  # seed 1 from the first run only
+
+
+def test_binary_tasks_are_tabled_by_their_roc_auc(sweep, tmp_path: Path) -> None:
+    for method, accs, aucs in (("GAP node", [0.8, 0.8], [0.9, 0.7]), ("DP-MLP node", [0.8, 0.8], [0.5, 0.6])):
+        record = {
+            "dataset": "Minesweeper",
+            "method": method,
+            "epsilon": 8.0,
+            "seeds": [0, 1],
+            "test_acc": accs,
+            "test_auc": aucs,
+        }
+        (tmp_path / f"{sweep._slug('Minesweeper', method, 8.0)}.json").write_text(
+            json.dumps(record), encoding="utf-8"
+        )
+    table = sweep.report(tmp_path, tmp_path / "plot.png")
+    assert "| Minesweeper | ROC AUC % | GAP node |  |  |  | 80.0 ± 10.0 |  | 2 |" in table
+    assert "| Minesweeper | ROC AUC % | DP-MLP node |  |  |  | 55.0 ± 5.0 |  | 2 |" in table
