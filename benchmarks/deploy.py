@@ -9,7 +9,9 @@ bytes per client (protocol messages and broadcast), and whether the final metric
 deployed under ``plaintext`` on the same federation gives the baseline of the issue's target (the deployed secagg+
 round at most 1.5x the deployed plaintext one; ``--no-plaintext`` skips it). ``--resumed`` adds the secagg+ job
 with resumed sessions (``protocol.options.session_uses``: one key agreement per sum key, then 2 steps a sum
-instead of 4) on the same federation, and its ratio to the plaintext round.
+instead of 4) on the same federation, and its ratio to the plaintext round; with ``--rounds 4`` or more also the
+steady round of each (the median of the rounds after the two that agree on keys and before the last, which carries
+the final evaluation) and their ratio.
 
 Usage::
 
@@ -67,6 +69,16 @@ def _per_round(rounds: list[dict[str, Any]]) -> float:
     return float(np.mean([sum(float(r.get(k) or 0.0) for k in keys) for r in rounds]))
 
 
+def _steady(rounds: list[dict[str, Any]]) -> float | None:
+    """Median round time after the first two rounds (where resumed sums agree on keys) and before the last (which
+    carries the final evaluation); ``None`` with fewer than 4 rounds."""
+    keys = ("train_seconds", "crypto_seconds", "server_seconds", "eval_seconds")
+    middle = rounds[2:-1]
+    if not middle:
+        return None
+    return float(np.median([sum(float(r.get(k) or 0.0) for k in keys) for r in middle]))
+
+
 def _transcript_bytes(rounds: list[dict[str, Any]]) -> float:
     """Mean bytes per client per round of the transcripts (protocol messages, broadcast, evaluation sums)."""
 
@@ -99,6 +111,8 @@ def measure(args: argparse.Namespace, clients: int, work: Path) -> dict[str, Any
                 ref["deployed_plaintext_status"] = plain  # type: ignore[assignment]
             else:
                 ref["deployed_plaintext_round_s"] = round(_per_round(plain["rounds"]), 3)
+                if (steady := _steady(plain["rounds"])) is not None:
+                    ref["deployed_plaintext_steady_round_s"] = round(steady, 3)
         if args.resumed:  # the same secagg+ job, every sum after a key agreement resuming its session
             cfg_res = _config(args, clients, work / "dep-resumed", session_uses=1_000_000)
             res = _deployed(fed, args, cfg_res, work / "dep-resumed")
@@ -106,6 +120,8 @@ def measure(args: argparse.Namespace, clients: int, work: Path) -> dict[str, Any
                 ref["deployed_resumed_status"] = res  # type: ignore[assignment]
             else:
                 ref["deployed_resumed_round_s"] = round(_per_round(res["rounds"]), 3)
+                if (steady := _steady(res["rounds"])) is not None:
+                    ref["deployed_resumed_steady_round_s"] = round(steady, 3)
                 sim_final = json.loads((work / "sim" / "metrics.json").read_text())["seeds"][0]["final"]
                 ref["resumed_bit_identical"] = res["final"]["overall"] == sim_final["overall"]  # type: ignore[assignment]
         if not args.no_flower_ref:
@@ -119,6 +135,10 @@ def measure(args: argparse.Namespace, clients: int, work: Path) -> dict[str, Any
         if "deployed_resumed_round_s" in ref:
             ref["resumed_over_plaintext_deployed"] = round(
                 ref["deployed_resumed_round_s"] / ref["deployed_plaintext_round_s"], 2
+            )
+        if "deployed_resumed_steady_round_s" in ref and "deployed_plaintext_steady_round_s" in ref:
+            ref["resumed_over_plaintext_steady"] = round(
+                ref["deployed_resumed_steady_round_s"] / ref["deployed_plaintext_steady_round_s"], 2
             )
     return {
         "clients": clients,

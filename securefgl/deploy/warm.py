@@ -36,6 +36,8 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
+from securefgl.deploy.worker import alive, listen_private
+
 __all__ = ["COMMAND", "ENV_SOCKET", "main", "serve", "write_shim"]
 
 #: The command Flower's SuperExec runs for a ClientApp task (``flwr.supercore.constant.TASK_TYPE_TO_COMMAND``).
@@ -92,14 +94,6 @@ def _run_child(req: dict[str, Any]) -> None:
         os._exit(code)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, IndexError):
-        return False
-    return state != "Z"
-
-
 def serve(path: str, watch_pid: int | None = None, preload: tuple[str, ...] = ()) -> None:
     """Import Flower's ClientApp runtime (and the modules in ``preload``), then fork one ``flwr-clientapp`` per
     request on the Unix socket ``path`` until killed, or until ``watch_pid`` is gone."""
@@ -110,17 +104,9 @@ def serve(path: str, watch_pid: int | None = None, preload: tuple[str, ...] = ()
     for name in ("securefgl.deploy.client_app", *preload):
         importlib.import_module(name)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
-    if os.path.exists(path):
-        os.unlink(path)
-    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    old = os.umask(0o177)
-    try:
-        srv.bind(path)
-    finally:
-        os.umask(old)
-    srv.listen(64)
+    srv = listen_private(path, backlog=64)
     print(f"[securefgl warm] ClientApp launches on {path}", file=sys.stderr, flush=True)
-    while watch_pid is None or _alive(watch_pid):
+    while watch_pid is None or alive(watch_pid):
         ready, _, _ = select.select([srv], [], [], 0.5)
         if not ready:
             continue

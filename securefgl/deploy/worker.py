@@ -24,7 +24,7 @@ import threading
 import time
 from pathlib import Path
 
-__all__ = ["call_worker", "main", "serve"]
+__all__ = ["alive", "call_worker", "listen_private", "main", "serve"]
 
 _HEADER = struct.Struct(">Q")
 
@@ -58,7 +58,22 @@ def call_worker(path: str, blob: bytes, timeout: float = 600.0) -> bytes:
         return _recv_frame(conn)
 
 
-def _alive(pid: int) -> bool:
+def listen_private(path: str, backlog: int = 8) -> socket.socket:
+    """A Unix socket listening at ``path`` (an old one there is replaced), mode 0600 from its creation."""
+    if os.path.exists(path):
+        os.unlink(path)
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        srv.bind(path)
+    finally:
+        os.umask(old)
+    srv.listen(backlog)
+    return srv
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie (Linux ``/proc``)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
         return stat.rsplit(")", 1)[1].split()[0] != "Z"
@@ -67,7 +82,7 @@ def _alive(pid: int) -> bool:
 
 
 def _watch(pid: int) -> None:
-    while _alive(pid):
+    while alive(pid):
         time.sleep(0.5)
     os._exit(0)
 
@@ -107,15 +122,7 @@ def serve(
     key = load_identity_key(identity_key) if identity_key else None
     directory = IdentityDirectory.from_file(identities) if identities else None
     half = ClientHalf(load_client_file(data), device, identity=key, directory=directory)
-    if os.path.exists(path):
-        os.unlink(path)
-    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    old = os.umask(0o177)
-    try:
-        srv.bind(path)
-    finally:
-        os.umask(old)
-    srv.listen(8)
+    srv = listen_private(path)
     print(f"[securefgl worker] client {half.id} ready on {path}", file=sys.stderr, flush=True)
     while True:
         conn, _ = srv.accept()
