@@ -606,7 +606,9 @@ def _print_table(result: Any) -> None:
     overall.add_row("test accuracy % (pooled)", ms("test_acc_pooled"))
     overall.add_row("minority-class accuracy %", ms("test_minority_acc"))
     overall.add_row("val accuracy %", ms("val_acc"))
-    if "test_auc" in summ:  # binary tasks: pooled ROC AUC from the summed score histograms (selects the round)
+    if (
+        "test_auc" in summ
+    ):  # binary tasks: pooled ROC AUC from the summed score histograms (selects the round)
         overall.add_row("test ROC AUC %", ms("test_auc"))
         overall.add_row("val ROC AUC %", ms("val_auc"))
     overall.add_row("rounds run", ms("rounds", 1.0, "{:.0f}"))
