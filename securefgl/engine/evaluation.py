@@ -11,7 +11,7 @@ per-client metric reaches the server. Per client ``k`` and split ``s``:
     w_{k,s} = N_k\,1[n_{k,s}>0],\quad N_k\,\mathrm{acc}_{k,s},\quad N_k\,\mathrm{F1}_{k,s}
 
 (and, on ``test``, the minority-class counts of FedSpray; on binary tasks, the per-bin counts of positive and
-negative nodes from which the pooled ROC AUC is read, :func:`auc_from_histograms`).
+negative nodes from which the pooled ROC AUC is read, :func:`~securefgl.engine.auc.auc_from_histograms`).
 Over clients the server computes exactly the rules of :mod:`securefgl.engine.metrics`:
 
 .. math::
@@ -37,8 +37,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
-from torch import Tensor
 
+from securefgl.engine.auc import AUC_BINS, auc_from_histograms
 from securefgl.errors import OverflowRiskError
 from securefgl.protocols.base import Contribution, Sums
 from securefgl.protocols.encoding import BlockSpec, SumSchema
@@ -47,11 +47,9 @@ if TYPE_CHECKING:
     from securefgl.engine.metrics import ClientMetrics
 
 __all__ = [
-    "AUC_BINS",
     "EVAL_KEY",
     "LOSS_CLIP",
     "RoundSelector",
-    "auc_from_histograms",
     "evaluation_contribution",
     "evaluation_schema",
     "metrics_from_sums",
@@ -64,21 +62,6 @@ EVAL_KEY = "eval"
 #: Per-node cross-entropy cap in the loss sum (``exp(-64)`` is below float32's smallest normal).
 LOSS_CLIP = 64.0
 _SPLITS = ("val", "test")
-
-
-#: Bins of the class-1 probability in the ROC AUC histograms of binary tasks.
-AUC_BINS = 1024
-
-
-def auc_from_histograms(pos: Tensor, neg: Tensor) -> float:
-    r"""ROC AUC from per-bin counts: :math:`\sum_b p_b (\sum_{b'<b} n_{b'} + n_b / 2) / (PN)`, NaN without
-    both classes (a pair in one bin is a tie, as the rank AUC counts equal scores)."""
-    p, n = pos.double().reshape(-1), neg.double().reshape(-1)
-    total_p, total_n = float(p.sum()), float(n.sum())
-    if total_p <= 0 or total_n <= 0:
-        return float("nan")
-    below = torch.cumsum(n, 0) - n
-    return float((p * (below + 0.5 * n)).sum()) / (total_p * total_n)
 
 
 def evaluation_schema(
@@ -98,7 +81,7 @@ def evaluation_schema(
         finest: The finest step tried for the real blocks is :math:`2^{-\mathrm{finest}}`; coarser steps are
             tried until the worst-case sum fits the 64-bit ring. (default: ``40``)
         num_classes: The task's classes; with 2 the sum carries the ROC AUC histograms (``<split>.auc_pos``,
-            ``<split>.auc_neg``: :data:`AUC_BINS` counts each). (default: ``None``)
+            ``<split>.auc_neg``: :data:`~securefgl.engine.auc.AUC_BINS` counts each). (default: ``None``)
 
     Raises:
         OverflowRiskError: Even a step of 1 does not fit (more than about :math:`2^{50}` nodes).

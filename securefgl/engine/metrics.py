@@ -15,8 +15,8 @@ nodes) are reported beside them. Across seeds: mean and population standard devi
 
 Binary tasks (two classes: Tolokers, Minesweeper, Questions, whose standard metric is ROC AUC, Platonov et al.
 2023) also get ``auc``: each client counts its positive and negative nodes per bin of the class-1 probability
-(:data:`AUC_BINS` equal bins of [0, 1]), the counts add over clients, and the pooled ROC AUC is read from the
-summed histograms (:func:`auc_from_histograms`; two nodes in one bin count as a tie). Counts add exactly, so the
+(:data:`~securefgl.engine.auc.AUC_BINS` equal bins of [0, 1]), the counts add over clients, and the pooled ROC AUC is read from the
+summed histograms (:func:`~securefgl.engine.auc.auc_from_histograms`; two nodes in one bin count as a tie). Counts add exactly, so the
 pooled AUC is the same under every protocol; it differs from the exact rank AUC only by ties inside a bin.
 
 These are the experimenter's measurements of the simulated clients; no server step ever sees them.
@@ -34,29 +34,17 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from securefgl.engine.evaluation import AUC_BINS, auc_from_histograms
+from securefgl.engine.auc import auc_from_histograms, score_histograms
 
 __all__ = [
-    "AUC_BINS",
     "ClientMetrics",
     "SplitMetrics",
     "aggregate_clients",
-    "auc_from_histograms",
     "client_metrics",
-    "score_histograms",
     "macro_f1",
     "majority_class",
     "mean_std",
 ]
-
-
-def score_histograms(scores: Tensor, target: Tensor, bins: int = AUC_BINS) -> tuple[Tensor, Tensor]:
-    """``(positives, negatives)``: int64 counts of class-1 and class-0 nodes per bin of ``scores`` in [0, 1]."""
-    idx = (scores.double().clamp(0.0, 1.0) * bins).long().clamp(max=bins - 1).cpu()
-    y = target.cpu()
-    pos = torch.bincount(idx[y == 1], minlength=bins)
-    neg = torch.bincount(idx[y != 1], minlength=bins)
-    return pos, neg
 
 
 def macro_f1(pred: Tensor, target: Tensor, num_classes: int) -> float:

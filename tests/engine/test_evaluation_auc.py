@@ -10,17 +10,16 @@ from hypothesis import strategies as st
 from sklearn.metrics import roc_auc_score
 from torch_geometric.data import Data
 
+from securefgl.engine.auc import AUC_BINS, auc_from_histograms, score_histograms
 from securefgl.engine.evaluation import (
-    AUC_BINS,
     RoundSelector,
-    auc_from_histograms,
     evaluation_contribution,
     evaluation_schema,
     metrics_from_sums,
     selection_metric,
     selection_tolerance,
 )
-from securefgl.engine.metrics import aggregate_clients, client_metrics, score_histograms
+from securefgl.engine.metrics import aggregate_clients, client_metrics
 from securefgl.protocols.registry import get_protocol
 
 
