@@ -183,7 +183,11 @@ def write_shim(
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(
-        description="warm ClientApp launches for a SuperNode (see the module docstring)"
+        prog="python -m securefgl.deploy.warm",
+        description="Warm ClientApp launches for a Flower SuperNode: 'serve' imports Flower's ClientApp runtime once "
+        f"and forks one {COMMAND} per message (each in its own process, as Flower runs it); 'shim' writes the "
+        f"{COMMAND} that hands each launch to that server. Start the SuperNode with the shim's folder first on "
+        "its PATH.",
     )
     sub = p.add_subparsers(dest="verb", required=True)
     s = sub.add_parser("serve", help="import Flower's ClientApp once and fork one per launch")
