@@ -14,8 +14,8 @@ micro average FedSpray reports), ``loss`` (pooled cross-entropy) and ``minority_
 nodes) are reported beside them. Across seeds: mean and population standard deviation (``ddof=0``).
 
 Binary tasks (two classes: Tolokers, Minesweeper, Questions, whose standard metric is ROC AUC, Platonov et al.
-2023) also get ``auc``: each client counts its positive and negative nodes per bin of the class-1 probability
-(:data:`~securefgl.engine.auc.AUC_BINS` equal bins of [0, 1]), the counts add over clients, and the pooled ROC AUC is read from the
+2023) also get ``auc``: each client counts its positive and negative nodes per bin of the class-1 logit margin
+(:mod:`securefgl.engine.auc`), the counts add over clients, and the pooled ROC AUC is read from the
 summed histograms (:func:`~securefgl.engine.auc.auc_from_histograms`; two nodes in one bin count as a tie). Counts add exactly, so the
 pooled AUC is the same under every protocol; it differs from the exact rank AUC only by ties inside a bin.
 
@@ -81,7 +81,7 @@ class SplitMetrics:
     loss_sum: float
     minority_n: int = 0
     minority_correct: int = 0
-    #: Binary tasks: counts of positive / negative nodes per bin of the class-1 probability (else ``None``).
+    #: Binary tasks: counts of positive / negative nodes per bin of the class-1 logit margin (else ``None``).
     auc_pos: Tensor | None = None
     auc_neg: Tensor | None = None
 
@@ -155,7 +155,8 @@ def client_metrics(
             loss_sum=loss_sum,
         )
         if num_classes == 2:
-            sm.auc_pos, sm.auc_neg = score_histograms(logits[mask].float().softmax(dim=-1)[:, 1], ys)
+            scores = logits[mask].double()
+            sm.auc_pos, sm.auc_neg = score_histograms(scores[:, 1] - scores[:, 0], ys)
         if majority is not None:
             minority = ys != majority
             sm.minority_n = int(minority.sum())

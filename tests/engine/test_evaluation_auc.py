@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from sklearn.metrics import roc_auc_score
 from torch_geometric.data import Data
 
-from securefgl.engine.auc import AUC_BINS, auc_from_histograms, score_histograms
+from securefgl.engine.auc import AUC_BINS, auc_bin, auc_from_histograms, score_histograms
 from securefgl.engine.evaluation import (
     RoundSelector,
     evaluation_contribution,
@@ -45,23 +45,39 @@ def _binary_clients(seed: int = 0):
 
 
 @given(
-    st.lists(st.floats(0.0, 1.0, allow_nan=False), min_size=2, max_size=200),
+    st.lists(st.floats(-100.0, 100.0, allow_nan=False), min_size=2, max_size=200),
     st.randoms(use_true_random=False),
 )
 @settings(max_examples=60, deadline=None)
-def test_the_histogram_auc_is_the_rank_auc_of_the_binned_scores(values, rnd) -> None:
-    scores = torch.tensor(values, dtype=torch.float64)
+def test_the_histogram_auc_is_the_rank_auc_of_the_binned_margins(values, rnd) -> None:
+    margins = torch.tensor(values, dtype=torch.float64)
     y = torch.tensor([rnd.random() < 0.5 for _ in values], dtype=torch.long)
     if y.min() == y.max():
         y[0] = 1 - y[0]
-    pos, neg = score_histograms(scores, y)
+    pos, neg = score_histograms(margins, y)
     assert int(pos.sum()) == int(y.sum()) and int(neg.sum()) == len(values) - int(y.sum())
-    binned = (scores * AUC_BINS).long().clamp(max=AUC_BINS - 1)  # ties inside a bin are ties of the rank AUC
+    binned = auc_bin(margins)  # ties inside a bin are ties of the rank AUC
     assert auc_from_histograms(pos, neg) == pytest.approx(roc_auc_score(y.numpy(), binned.numpy()), abs=1e-12)
 
 
+def test_bins_keep_the_order_of_a_confident_models_scores() -> None:
+    """A model sure of the majority class (class-1 probabilities all under 1e-3, margins -16 to -7) still gets
+    its ranking measured: its scores spread over hundreds of bins, and the AUC is the exact one to 1e-3."""
+    g = torch.Generator().manual_seed(3)
+    y = (torch.rand(4000, generator=g) < 0.2).long()
+    margins = -12.0 + 1.5 * torch.randn(4000, generator=g).double() + 0.8 * y
+    assert float(torch.sigmoid(margins).max()) < 1e-2
+    pos, neg = score_histograms(margins, y)
+    assert int(((pos + neg) > 0).sum()) > 300
+    exact = roc_auc_score(y.numpy(), margins.numpy())
+    assert auc_from_histograms(pos, neg) == pytest.approx(exact, abs=1e-3)
+    assert torch.equal(
+        auc_bin(torch.tensor([-1e9, 0.0, 1e9])), torch.tensor([0, AUC_BINS // 2, AUC_BINS - 1])
+    )
+
+
 def test_one_class_only_has_no_auc() -> None:
-    pos, neg = score_histograms(torch.tensor([0.1, 0.9]), torch.tensor([1, 1]))
+    pos, neg = score_histograms(torch.tensor([-1.0, 2.0]), torch.tensor([1, 1]))
     assert auc_from_histograms(pos, neg) != auc_from_histograms(pos, neg)  # NaN
 
 
@@ -77,7 +93,7 @@ def test_the_pooled_auc_from_the_sums_is_the_pooled_clients_auc(protocol: str) -
     for s in ("val", "test"):
         assert overall[f"{s}_auc"] == expected[f"{s}_auc"]  # counts: exact under every protocol
         scores, y = pooled[s]
-        # within the ties that 1024 bins make of these scores, the exact pooled rank AUC
+        # within the ties that the bins make of these scores, the exact pooled rank AUC
         assert overall[f"{s}_auc"] == pytest.approx(roc_auc_score(y.numpy(), scores.numpy()), abs=2e-3)
         assert 0.7 < overall[f"{s}_auc"] < 0.95
     assert selection_metric(overall) == "val_auc"

@@ -27,6 +27,8 @@ def test_every_method_and_epsilon_is_a_valid_run_config(sweep) -> None:
         for eps in epsilons:
             cfg = RunConfig.from_mapping(sweep._config("Cora", method, eps, [0, 1]))
             assert cfg.partition.clients == 10 and cfg.protocol.spec.base == "secagg"
+    dense = RunConfig.from_mapping(sweep._config("csbm-dense", "GAP node", 8.0, [0]))
+    assert dense.dataset.name == "csbm" and dense.dataset.csbm.avg_degree == 40
     opts = sweep._config("Cora", "GAP node residual-vote", 8.0, [0])["algorithm"]["options"]
     assert opts["classifier"] == "residual" and opts["embedding"] == "vote" and opts["privacy"] == "node"
 
