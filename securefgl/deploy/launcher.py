@@ -252,23 +252,13 @@ class LocalFederation:
             f"worker-{i}.log",
             self._env(f"node-{i}"),
         )
-        self.nodes[i] = (node, worker)
+        procs = [node, worker]
         if self.warm:
-            warm = self._spawn(
-                [
-                    sys.executable,
-                    "-m",
-                    "securefgl.deploy.warm",
-                    "serve",
-                    "--socket",
-                    str(warm_sock),
-                    "--watch-pid",
-                    str(node.pid),
-                ],
-                f"warm-{i}.log",
-                env,
+            serve = ["serve", "--socket", str(warm_sock), "--watch-pid", str(node.pid)]
+            procs.append(
+                self._spawn([sys.executable, "-m", "securefgl.deploy.warm", *serve], f"warm-{i}.log", env)
             )
-            self.nodes[i] = (node, worker, warm)
+        self.nodes[i] = tuple(procs)
         return self.nodes[i]
 
     def _identity_args(self, i: int) -> list[str]:

@@ -10,9 +10,10 @@ per-client metric reaches the server. Per client ``k`` and split ``s``:
     n_{k,s},\quad c_{k,s} \;(\text{correct}),\quad \ell_{k,s} = \sum_{v} \min(\mathrm{CE}_v, 64),\quad
     w_{k,s} = N_k\,1[n_{k,s}>0],\quad N_k\,\mathrm{acc}_{k,s},\quad N_k\,\mathrm{F1}_{k,s}
 
-(and, on ``test``, the minority-class counts of FedSpray; on binary tasks, the per-bin counts (of the class-1 logit margin) of positive
-and negative nodes from which the pooled ROC AUC is read, :func:`~securefgl.engine.auc.auc_from_histograms`).
-Over clients the server computes exactly the rules of :mod:`securefgl.engine.metrics`:
+(and, on ``test``, the minority-class counts of FedSpray; on binary tasks, the counts of positive and negative
+nodes per bin of the class-1 logit margin, from which the pooled ROC AUC is read:
+:mod:`securefgl.engine.auc`). Over clients the server computes exactly the rules of
+:mod:`securefgl.engine.metrics`:
 
 .. math::
     \mathrm{acc}_s = \frac{\sum_k N_k\,\mathrm{acc}_{k,s}}{\sum_k w_{k,s}},\qquad
