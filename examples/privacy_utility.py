@@ -168,17 +168,16 @@ def _merge(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     merged: dict[tuple[Any, ...], dict[str, Any]] = {}
     for r in records:
         key = (r["dataset"], r["method"], r["epsilon"])
-        auc = r.get("test_auc")
-        m = merged.setdefault(key, {**r, "seeds": [], "test_acc": [], "test_auc": [] if auc else None})
-        for i, (seed, acc) in enumerate(zip(r["seeds"], r["test_acc"], strict=True)):
+        m = merged.setdefault(key, {**r, "seeds": [], "test_acc": [], "test_auc": []})
+        aucs = r.get("test_auc") or [None] * len(r["seeds"])
+        for seed, acc, auc in zip(r["seeds"], r["test_acc"], aucs, strict=True):
             if seed not in m["seeds"]:
                 m["seeds"].append(seed)
                 m["test_acc"].append(acc)
-                if m["test_auc"] is not None:
-                    if not auc:
-                        m["test_auc"] = None
-                    else:
-                        m["test_auc"].append(auc[i])
+                m["test_auc"].append(auc)
+    for m in merged.values():  # an AUC column only when every pooled seed has one
+        if any(a is None for a in m["test_auc"]):
+            m["test_auc"] = None
     return list(merged.values())
 
 

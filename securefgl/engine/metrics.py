@@ -15,9 +15,10 @@ nodes) are reported beside them. Across seeds: mean and population standard devi
 
 Binary tasks (two classes: Tolokers, Minesweeper, Questions, whose standard metric is ROC AUC, Platonov et al.
 2023) also get ``auc``: each client counts its positive and negative nodes per bin of the class-1 logit margin
-(:mod:`securefgl.engine.auc`), the counts add over clients, and the pooled ROC AUC is read from the
-summed histograms (:func:`~securefgl.engine.auc.auc_from_histograms`; two nodes in one bin count as a tie). Counts add exactly, so the
-pooled AUC is the same under every protocol; it differs from the exact rank AUC only by ties inside a bin.
+(:mod:`securefgl.engine.auc`), the counts add over clients, and the pooled ROC AUC is read from the summed
+histograms (:func:`~securefgl.engine.auc.auc_from_histograms`; two nodes in one bin count as a tie). Counts add
+exactly, so the pooled AUC is the same under every protocol; it differs from the exact rank AUC only by ties
+inside a bin.
 
 These are the experimenter's measurements of the simulated clients; no server step ever sees them.
 """
