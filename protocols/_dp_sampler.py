@@ -39,7 +39,6 @@ class CryptoUniform:
         self._key = bytes(key)
         self._block = 0
         self._epoch = 0
-        self._zeros = np.zeros(0, dtype=np.uint8)
 
     def words(self, n: int) -> np.ndarray:
         """``n`` uniform ``uint64`` words.
@@ -53,9 +52,7 @@ class CryptoUniform:
             self._epoch += 1
             self._key = derive_key(self._key, "dp-csprng-rekey", label=str(self._epoch))
             self._block = 0
-        if self._zeros.size < out.nbytes:
-            self._zeros = np.zeros(out.nbytes, dtype=np.uint8)
-        keystream_into(self._key, out, start_block=self._block, zeros=self._zeros)
+        keystream_into(self._key, out, start_block=self._block)
         self._block += blocks
         return out
 

@@ -348,10 +348,13 @@ class RingVector(Field):
             # bytes.join reads the buffer directly: one copy into the message, not two
             out.append(arr.tobytes() if not arr.dtype.isnative else arr.data.cast("B"))
         else:
-            # byte j of every element, one strided pass per byte (5x faster than slicing a (n, itemsize) view)
+            # byte j of every element, one strided byte copy each from the words (little-endian by their
+            # dtype): no shifted temporaries (each a fresh vector-sized allocation, paid in page faults)
+            src = arr.view(np.uint8)
+            size = arr.dtype.itemsize
             packed = np.empty(arr.size * width, dtype=np.uint8)
             for j in range(width):
-                np.copyto(packed[j::width], arr >> (8 * j) if j else arr, casting="unsafe")
+                packed[j::width] = src[j::size]
             out.append(packed.data)
 
     def get(self, r: _Reader, got: Mapping[str, Any], name: str) -> np.ndarray:
@@ -373,9 +376,12 @@ class RingVector(Field):
                 arr = arr.astype(dtype.newbyteorder("="))
         else:
             b = np.frombuffer(raw, dtype=np.uint8)
-            arr = b[0::width].astype(dtype.newbyteorder("="))
-            for j in range(1, width):
-                arr |= b[j::width].astype(arr.dtype) << arr.dtype.type(8 * j)
+            arr = np.zeros(count, dtype=dtype)  # the high bytes stay zero
+            words = arr.view(np.uint8)
+            for j in range(width):
+                words[j :: dtype.itemsize] = b[j::width]
+            if not arr.dtype.isnative:  # pragma: no cover - big-endian hosts only
+                arr = arr.astype(dtype.newbyteorder("="))
         return arr  # the range check (elements < 2^bits) runs once, in ``check``, on construction
 
 

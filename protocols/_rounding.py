@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 from typing import Any
 
 import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, CipherContext, algorithms, modes
 
 from securefgl.errors import ConfigError
-from securefgl.protocols._prg import KEY_BYTES, MAX_BLOCKS_PER_KEY, derive_key
+from securefgl.protocols._prg import KEY_BYTES, MAX_BLOCKS_PER_KEY, derive_key, zero_bytes
 
 __all__ = ["CHUNK", "RoundingBits", "encode_real_into"]
 
@@ -51,7 +52,6 @@ class RoundingBits:
         if not isinstance(key, (bytes, bytearray)) or len(key) != KEY_BYTES:
             raise ConfigError(f"rounding key must be {KEY_BYTES} bytes")
         self._enc: CipherContext = Cipher(algorithms.AES(bytes(key)), modes.CTR(bytes(16))).encryptor()
-        self._zeros = np.zeros(8 * CHUNK, dtype=np.uint8)
         self._blocks = 0
         self.insecure = False
 
@@ -68,14 +68,12 @@ class RoundingBits:
         return out
 
     def fill(self, out: np.ndarray) -> np.ndarray:
-        """Overwrite the C-contiguous ``out`` (at most ``8 * CHUNK`` bytes) with the next keystream bytes."""
+        """Overwrite the C-contiguous ``out`` with the next keystream bytes."""
         n = out.nbytes
-        if n > self._zeros.nbytes:
-            self._zeros = np.zeros(n, dtype=np.uint8)
         self._blocks += -(-n // 16)
         if self._blocks > MAX_BLOCKS_PER_KEY:
             raise ConfigError("rounding key exhausted: draw a new RoundingBits")
-        self._enc.update_into(self._zeros.data[:n], out.view(np.uint8).data)
+        self._enc.update_into(zero_bytes(n), out.view(np.uint8).data)
         return out
 
     def __repr__(self) -> str:
@@ -104,12 +102,7 @@ def encode_real_into(
     """
     wt = x.dtype
     word = _WORD[wt]
-    m = min(CHUNK, x.shape[0])
-    y = np.empty(m, dtype=wt)
-    fl = np.empty(m, dtype=wt)
-    thr = np.empty(m, dtype=word)
-    u = np.empty(m, dtype=word)
-    up = np.empty(m, dtype=np.bool_)
+    y, fl, thr, u, up = _chunk_buffers(wt)
     two_w = float(2 ** (8 * word.itemsize))
     for i in range(0, x.shape[0], CHUNK):
         xc = x[i : i + CHUNK]
@@ -133,6 +126,28 @@ def encode_real_into(
         np.copysign(flc, xc, out=flc)
         np.copyto(dst[i : i + k], flc, casting="unsafe")
     return True
+
+
+_BUFFERS = threading.local()
+
+
+def _chunk_buffers(dtype: np.dtype[Any]) -> tuple[np.ndarray, ...]:
+    """This thread's five chunk buffers for ``dtype`` input (scaled, floor, threshold, rounding words,
+    round-up flags), allocated once: a fresh set per call cost page faults on every encoding."""
+    cache: dict[np.dtype[Any], tuple[np.ndarray, ...]] | None = getattr(_BUFFERS, "cache", None)
+    if cache is None:
+        cache = _BUFFERS.cache = {}
+    bufs = cache.get(dtype)
+    if bufs is None:
+        word = _WORD[dtype]
+        bufs = cache[dtype] = (
+            np.empty(CHUNK, dtype=dtype),
+            np.empty(CHUNK, dtype=dtype),
+            np.empty(CHUNK, dtype=word),
+            np.empty(CHUNK, dtype=word),
+            np.empty(CHUNK, dtype=np.bool_),
+        )
+    return bufs
 
 
 def _in_bound(xc: Any, bound: float) -> bool:

@@ -38,7 +38,7 @@ from securefgl.protocols._consistency import (
     quorum,
 )
 from securefgl.protocols._identity import IdentityDirectory, advertise_statement, survivors_statement
-from securefgl.protocols._prg import KEY_BYTES, MaskExpander, RandomSource, system_random
+from securefgl.protocols._prg import KEY_BYTES, RandomSource, expander_for, system_random
 from securefgl.protocols._release import refuse_small_sum
 from securefgl.protocols._rounding import RoundingBits
 from securefgl.protocols._secaggplus_client_use import SecAggPlusClientState, UseLifecycle
@@ -476,7 +476,7 @@ class SecAggPlusClient(UseLifecycle):
         if self._contribution is None:  # pragma: no cover - guarded by the stage machine
             raise self._fail(StageOrderError, "input already sent", ph)
         t1 = time.perf_counter()
-        expander = MaskExpander(self.layout.length, self.schema.ring_bits, algorithm=self.config.prg)
+        expander = expander_for(self.layout.length, self.schema.ring_bits, algorithm=self.config.prg)
         y = np.empty(self.layout.length, dtype=expander.dtype)  # the message's vector, encoded in place
         try:
             clips = self.schema.encode_into(
@@ -672,7 +672,7 @@ class SecAggPlusClient(UseLifecycle):
         )
         if req.ring_bits != self.schema.ring_bits or req.vector.shape != (self.layout.length,):
             raise self._fail(MalformedMessageError, "delivered vector has the wrong ring or length", ph)
-        expander = MaskExpander(self.layout.length, self.schema.ring_bits, algorithm=self.config.prg)
+        expander = expander_for(self.layout.length, self.schema.ring_bits, algorithm=self.config.prg)
         acc = req.vector.astype(expander.dtype, copy=True)
         r = s.round_index
         for u in survivors:

@@ -28,7 +28,7 @@ from securefgl.protocols._consistency import (
     quorum,
 )
 from securefgl.protocols._identity import IdentityDirectory, advertise_statement
-from securefgl.protocols._prg import MaskExpander
+from securefgl.protocols._prg import expander_for
 from securefgl.protocols._release import refuse_small_sum
 from securefgl.protocols._secaggplus_params import SecAggPlusConfig, Stage, resolve_graph
 from securefgl.protocols._secaggplus_resume import ResumedInput, ResumedUnmaskRequest, ServerSession
@@ -652,7 +652,7 @@ class SecAggPlusServer(Reconstruction):
             wipe(s)
         for k in keys.values():
             wipe(k)
-        MaskExpander(self.layout.length, self.schema.ring_bits, algorithm=self.config.prg).reduce(total)
+        expander_for(self.layout.length, self.schema.ring_bits, algorithm=self.config.prg).reduce(total)
         self.state.unmask_seconds = {
             "decode": t1 - t0,
             "reconstruct": t2 - t1,

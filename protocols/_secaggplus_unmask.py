@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X
 from securefgl.errors import InvalidMessage, ProtocolError, ThresholdError
 from securefgl.protocols import _shamir
 from securefgl.protocols._harary import GraphParameters, SecretSharingGraph
-from securefgl.protocols._prg import MaskExpander, ring_dtype
+from securefgl.protocols._prg import expander_for, ring_dtype
 from securefgl.protocols._secaggplus_params import SecAggPlusConfig
 from securefgl.protocols._secaggplus_session import ClipLayout, commitment, pair_key, self_key, wipe
 from securefgl.protocols.base import SERVER, Sums
@@ -284,7 +284,7 @@ class Reconstruction:
 
         def work(chunk: list[tuple[str, Any]], acc: np.ndarray | None = None) -> np.ndarray:
             """The masks of ``chunk`` added into a fresh accumulator, or removed from ``acc`` in place."""
-            ex = MaskExpander(self.layout.length, self.schema.ring_bits, algorithm=self.config.prg)
+            ex = expander_for(self.layout.length, self.schema.ring_bits, algorithm=self.config.prg)
             plus, minus = (ex.add, ex.subtract) if acc is None else (ex.subtract, ex.add)
             if acc is None:
                 acc = ex.zeros()

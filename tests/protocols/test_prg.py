@@ -18,12 +18,15 @@ from scipy import stats
 
 from securefgl.errors import ConfigError
 from securefgl.protocols._prg import (
+    EXPANDERS_PER_THREAD,
     InsecureDeterministicRandom,
     MaskExpander,
     derive_key,
+    expander_for,
     hkdf_info,
     keystream_into,
     ring_dtype,
+    zero_bytes,
 )
 
 _spec = importlib.util.spec_from_file_location(
@@ -233,6 +236,37 @@ def test_keystream_chunks_concatenate() -> None:
         tail = np.empty(4096 - 5 * block, dtype=np.uint8)
         keystream_into(key, tail, algorithm=alg, start_block=5)
         assert np.array_equal(whole[5 * block :], tail)
+
+
+def test_the_shared_zero_buffer_is_read_only_and_grows() -> None:
+    small = zero_bytes(10)
+    assert small.readonly and bytes(small) == bytes(10)
+    big = zero_bytes(3 * 2**20 + 7)
+    assert big.readonly and len(big) == 3 * 2**20 + 7 and not any(bytes(big))
+    with pytest.raises(TypeError):
+        big[0] = 1  # type: ignore[index]
+    key = os.urandom(32)
+    ours = keystream_into(key, np.empty(1 << 20, dtype=np.uint8))
+    ref = Cipher(algorithms.AES(key), modes.CTR(bytes(16))).encryptor().update(bytes(1 << 20))
+    assert ours.tobytes() == ref
+
+
+def test_expander_for_keeps_one_expander_per_shape_and_thread() -> None:
+    import threading
+
+    a = expander_for(1000, 40)
+    assert expander_for(1000, 40) is a and expander_for(1000, 40, algorithm="chacha20") is not a
+    assert expander_for(1000, 20) is not a and expander_for(1000, 20).dtype == np.uint32
+    for length in range(1, EXPANDERS_PER_THREAD + 1):
+        expander_for(length, 40)
+    assert expander_for(1000, 40) is not a  # the least recently used shape was dropped
+    other: list[MaskExpander] = []
+    t = threading.Thread(target=lambda: other.append(expander_for(1000, 40)))
+    t.start()
+    t.join()
+    assert other[0] is not expander_for(1000, 40)
+    key = os.urandom(32)
+    assert np.array_equal(other[0].expand(key), MaskExpander(1000, 40).expand(key))
 
 
 def test_different_keys_give_different_masks_and_same_key_same_mask() -> None:
