@@ -84,10 +84,12 @@ class SecAggPlusServerState:
 #: Most holder subsets tried per secret when corrupted shares must be routed around.
 MAX_HOLDER_SUBSETS = 20_000
 
-#: Mask words below which the server regenerates masks in the calling thread: starting and joining a thread
-#: pool costs about a millisecond, more than expanding a million words (an evaluation sum's few counts, or ten
-#: clients' model).
-PARALLEL_MIN_WORDS = 1 << 21
+#: Mask words below which the server regenerates masks in the calling thread. Two threads on this project's
+#: 2-core machine (n = 100 self masks, serial against threaded, ms): d = 1e5 (1e7 words) 6.4 against 7.4,
+#: d = 2e5 11.6 against 11.8, d = 4e5 23.3 against 18.3, d = 1e6 55-57 against 34-37; below about 2e7 words
+#: the pool's start, its second accumulator and the threads' contention for the GIL between keystreams cost
+#: more than the second core gives.
+PARALLEL_MIN_WORDS = 1 << 24
 
 
 class Reconstruction:
