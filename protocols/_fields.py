@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from securefgl.errors import MalformedMessageError
+from securefgl.protocols._buffers import recycled
 from securefgl.protocols._shamir import PRIME
 
 __all__ = [
@@ -352,7 +353,7 @@ class RingVector(Field):
             # dtype): no shifted temporaries (each a fresh vector-sized allocation, paid in page faults)
             src = arr.view(np.uint8)
             size = arr.dtype.itemsize
-            packed = np.empty(arr.size * width, dtype=np.uint8)
+            packed = recycled(arr.size * width, np.uint8)  # free again once the message is joined
             for j in range(width):
                 packed[j::width] = src[j::size]
             out.append(packed.data)
@@ -376,7 +377,8 @@ class RingVector(Field):
                 arr = arr.astype(dtype.newbyteorder("="))
         else:
             b = np.frombuffer(raw, dtype=np.uint8)
-            arr = np.zeros(count, dtype=dtype)  # the high bytes stay zero
+            arr = recycled(count, dtype)  # reused once nothing holds the message or a view of it
+            arr.fill(0)  # the high bytes stay zero
             words = arr.view(np.uint8)
             for j in range(width):
                 words[j :: dtype.itemsize] = b[j::width]

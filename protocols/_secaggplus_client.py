@@ -27,6 +27,7 @@ from securefgl.errors import (
 )
 from securefgl.protocols import _shamir
 from securefgl.protocols._abort import abort_message
+from securefgl.protocols._buffers import recycled
 from securefgl.protocols._channel import PeerChannel
 from securefgl.protocols._consistency import (
     CertifiedUnmaskRequest,
@@ -477,7 +478,7 @@ class SecAggPlusClient(UseLifecycle):
             raise self._fail(StageOrderError, "input already sent", ph)
         t1 = time.perf_counter()
         expander = expander_for(self.layout.length, self.schema.ring_bits, algorithm=self.config.prg)
-        y = np.empty(self.layout.length, dtype=expander.dtype)  # the message's vector, encoded in place
+        y = recycled(self.layout.length, expander.dtype)  # the message's vector, encoded in place
         try:
             clips = self.schema.encode_into(
                 self._contribution, y[: self.layout.offset], rounding_source(self._encode_rng)

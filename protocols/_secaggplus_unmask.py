@@ -20,6 +20,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X
 
 from securefgl.errors import InvalidMessage, ProtocolError, ThresholdError
 from securefgl.protocols import _shamir
+from securefgl.protocols._buffers import recycled
 from securefgl.protocols._harary import GraphParameters, SecretSharingGraph
 from securefgl.protocols._prg import expander_for, ring_dtype
 from securefgl.protocols._secaggplus_params import SecAggPlusConfig
@@ -331,7 +332,8 @@ class RunningSum:
         self.length = length
         self.ring_bits = ring_bits
         self.dtype = ring_dtype(ring_bits)
-        self.total = np.zeros(length, dtype=self.dtype)
+        self.total = recycled(length, self.dtype)
+        self.total.fill(0)
         self.vectors: dict[int, np.ndarray] = {}
 
     def add(self, client: int, msg: Any) -> None:
