@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -181,9 +182,40 @@ def _merge(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return list(merged.values())
 
 
+#: The keys every record written by :func:`run` has.
+_RECORD_KEYS = frozenset({"dataset", "method", "epsilon", "seeds", "test_acc"})
+
+
+def _records(folder: Path) -> list[dict[str, Any]]:
+    """The sweep's records under ``folder``; other JSON files there (a run's ``metrics.json``, notes) are
+    skipped with one line each on stderr.
+
+    Raises:
+        SystemExit: no folder, or no record in it.
+    """
+    if not folder.is_dir():
+        raise SystemExit(f"error: {folder} is not a folder; give the --out folder of a 'run'")
+    records, skipped = [], []
+    for path in sorted(folder.rglob("*.json")):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            skipped.append(f"{path} ({type(exc).__name__})")
+            continue
+        if isinstance(data, dict) and data.keys() >= _RECORD_KEYS and data["method"] in METHODS:
+            records.append(data)
+        else:
+            skipped.append(f"{path} (not a record of this sweep)")
+    for line in skipped:
+        print(f"skipped {line}", file=sys.stderr)
+    if not records:
+        raise SystemExit(f"error: no record of this sweep under {folder}; 'run --out {folder}' writes them")
+    return records
+
+
 def report(folder: Path, plot: Path | None) -> str:
     """A markdown table (rows: dataset x method; columns: epsilon) and an optional plot."""
-    records = _merge([json.loads(p.read_text(encoding="utf-8")) for p in sorted(folder.rglob("*.json"))])
+    records = _merge(_records(folder))
     datasets = list(dict.fromkeys(r["dataset"] for r in records))
     cols = ["1", "2", "4", "8", "inf"]
     lines = [

@@ -75,3 +75,24 @@ def test_binary_tasks_are_tabled_by_their_roc_auc(sweep, tmp_path: Path) -> None
     table = sweep.report(tmp_path, tmp_path / "plot.png")
     assert "| Minesweeper | ROC AUC % | GAP node |  |  |  | 80.0 ± 10.0 |  | 2 |" in table
     assert "| Minesweeper | ROC AUC % | DP-MLP node |  |  |  | 55.0 ± 5.0 |  | 2 |" in table
+
+
+def test_other_json_in_the_folder_is_skipped_not_fatal(sweep, tmp_path: Path, capsys) -> None:
+    record = {"dataset": "Cora", "method": "GAP node", "epsilon": 8.0, "seeds": [0], "test_acc": [0.5]}
+    (tmp_path / "gap.json").write_text(json.dumps(record), encoding="utf-8")
+    (tmp_path / "metrics.json").write_text(json.dumps({"status": "ok", "seeds": []}), encoding="utf-8")
+    (tmp_path / "broken.json").write_text("{not json", encoding="utf-8")
+    (tmp_path / "other_method.json").write_text(json.dumps({**record, "method": "not one"}), encoding="utf-8")
+    table = sweep.report(tmp_path, None)
+    assert "| Cora | accuracy % | GAP node |  |  |  | 50.0 ± 0.0 |  | 1 |" in table
+    err = capsys.readouterr().err
+    assert "metrics.json (not a record" in err and "broken.json (JSONDecodeError)" in err
+    assert "other_method.json" in err
+
+
+def test_a_folder_without_records_is_one_clear_error(sweep, tmp_path: Path) -> None:
+    (tmp_path / "metrics.json").write_text("{}", encoding="utf-8")
+    with pytest.raises(SystemExit, match="no record of this sweep"):
+        sweep.report(tmp_path, None)
+    with pytest.raises(SystemExit, match="is not a folder"):
+        sweep.report(tmp_path / "missing", None)
