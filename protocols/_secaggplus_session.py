@@ -200,9 +200,8 @@ def release_ring(
     ``n`` in-bound inputs can produce, and apply the release rules (at least ``min_contributors`` and
     the schema's own minimum)."""
     refuse_small_sum(n, min_contributors, schema.min_contributors, phase)
-    data = ring[: layout.offset].astype(np.uint64)
     clips = layout.decode(ring[layout.offset :], n)
-    values = schema.decode(data, n)
+    values = schema.decode(ring[: layout.offset], n)
     errors = schema.error_bound(n)
     check_sum_range(schema.blocks, values, n, errors, clips, phase)
     return schema.release(values, n, clips, errors)

@@ -62,6 +62,7 @@ import torch
 
 from securefgl.errors import ConfigError, EncodingError, OverflowRiskError
 from securefgl.protocols._blocks import BlockSpec, EncodedVector
+from securefgl.protocols._buffers import recycled
 from securefgl.protocols._fixed_point import (
     MAX_PRECISION,
     MIN_PRECISION,
@@ -398,8 +399,12 @@ class SumSchema:
     def decode(self, ring_sum: np.ndarray, num_contributors: int) -> dict[str, torch.Tensor]:
         """Decode a ring sum of ``num_contributors`` encodings into named tensors (declared dtypes).
 
+        The signed lift and the scaled floats are computed in recycled work buffers
+        (:func:`~securefgl.protocols._buffers.recycled`); the returned tensors own their memory.
+
         Args:
-            ring_sum: ``uint64`` ``(length,)``: the sum mod :math:`2^k` (need not be reduced).
+            ring_sum: ``uint64`` ``(length,)``: the sum mod :math:`2^k` (need not be reduced); ``uint32``
+                words are accepted for rings of at most 32 bits.
             num_contributors: how many encodings were summed (checked against ``max_clients``).
 
         Raises:
@@ -407,17 +412,29 @@ class SumSchema:
             EncodingError: wrong shape or dtype of ``ring_sum``.
         """
         self._check_flat(ring_sum, "decode")
-        if not isinstance(ring_sum, np.ndarray) or ring_sum.dtype != np.uint64:
-            raise EncodingError(f"decode: expected a uint64 ring vector, received dtype {ring_sum.dtype}")
+        words_ok = isinstance(ring_sum, np.ndarray) and (
+            ring_sum.dtype == np.uint64 or (ring_sum.dtype == np.uint32 and self.ring_bits <= 32)
+        )
+        if not words_ok:
+            raise EncodingError(
+                f"decode: expected a uint64 ring vector (uint32 for rings of at most 32 bits), received dtype "
+                f"{ring_sum.dtype} for a {self.ring_bits}-bit ring"
+            )
         self.check_num_clients(int(num_contributors))
-        signed = centred_lift(ring_sum, self.ring_bits)
+        # centred lift in place: the ring's sign bit moved to bit 63, then an arithmetic shift back
+        signed = recycled(self.length, np.int64)
+        shift = 64 - self.ring_bits
+        np.left_shift(ring_sum, np.uint64(shift), out=signed.view(np.uint64))
+        np.right_shift(signed, np.int64(shift), out=signed)
         out: dict[str, torch.Tensor] = {}
         for spec in self.blocks:
             v = signed[self.slices[spec.name]]
             if spec.kind == "count" and not spec.out_dtype.is_floating_point:
                 out[spec.name] = self._to_tensor(spec, v)
-            else:
-                out[spec.name] = self._to_tensor(spec, v.astype(np.float64) * self.steps[spec.name])
+                continue
+            scaled = recycled(spec.size, np.float64)
+            np.multiply(v, self.steps[spec.name], out=scaled)
+            out[spec.name] = torch.from_numpy(scaled.reshape(spec.shape)).to(spec.out_dtype, copy=True)
         return out
 
     def error_bound(self, num_contributors: int) -> dict[str, float]:

@@ -753,3 +753,45 @@ def test_float_error_bound_model() -> None:
         s.float_error_bound(11)
     with pytest.raises(ConfigError, match=">= 0"):
         s.float_error_bound(-1)
+
+
+def test_decoded_tensors_own_their_memory_and_uint32_words_decode_alike() -> None:
+    """decode works in recycled buffers: its tensors must not alias them (a second decode leaves the first
+    result intact), whatever the output dtype, and 32-bit ring words decode as their uint64 values."""
+    schema = SumSchema(
+        [
+            BlockSpec("w", (3, 4), bound=4.0),
+            BlockSpec("d", (5,), bound=4.0, dtype=torch.float64),
+            BlockSpec("s", (), bound=4.0),
+            BlockSpec("k", (2,), kind="count", bound=9),
+        ],
+        max_clients=4,
+        precision=2.0**-8,
+    )
+    assert schema.ring_bits <= 32
+    rng = np.random.default_rng(3)
+    first_in = {
+        "w": rng.uniform(-4, 4, (3, 4)),
+        "d": rng.uniform(-4, 4, 5),
+        "s": np.float64(1.5),
+        "k": np.array([3, 9]),
+    }
+    second_in = {
+        "w": rng.uniform(-4, 4, (3, 4)),
+        "d": rng.uniform(-4, 4, 5),
+        "s": np.float64(-2.0),
+        "k": np.array([0, 1]),
+    }
+    ring1 = schema.encode(first_in, rng=np.random.default_rng(0)).data
+    first = schema.decode(ring1, 1)
+    snapshot = {k: v.clone() for k, v in first.items()}
+    second = schema.decode(schema.encode(second_in, rng=np.random.default_rng(1)).data, 1)
+    for name in schema.names:
+        assert torch.equal(first[name], snapshot[name]), name
+        assert first[name].dtype == schema[name].out_dtype and tuple(first[name].shape) == schema[name].shape
+    assert first["s"].item() == 1.5 and second["s"].item() == -2.0
+    assert first["k"].tolist() == [3, 9]
+    as32 = schema.decode(ring1.astype(np.uint32), 1)
+    assert all(torch.equal(as32[n], first[n]) for n in schema.names)
+    with pytest.raises(EncodingError, match="uint32 for rings of at most 32 bits"):
+        schema.decode(ring1.astype(np.int64), 1)
