@@ -207,7 +207,6 @@ def keystream_into(
     *,
     algorithm: str = "aes256-ctr",
     start_block: int = 0,
-    zeros: np.ndarray | None = None,
 ) -> np.ndarray:
     """Write ``out.nbytes`` bytes of keystream of ``key`` into ``out``, starting at cipher block ``start_block``.
 
@@ -220,8 +219,6 @@ def keystream_into(
         out: C-contiguous numpy array overwritten with keystream.
         algorithm: ``"aes256-ctr"`` (default) or ``"chacha20"``.
         start_block: first cipher block (for chunked expansion).
-        zeros: optional preallocated all-zero uint8 buffer of at least ``out.nbytes`` bytes (default: the
-            shared :func:`zero_bytes`).
 
     Raises:
         ConfigError: bad key length, unknown algorithm, non-contiguous ``out``, or a stream longer than
@@ -242,10 +239,9 @@ def keystream_into(
         )
     if nbytes == 0:
         return out
-    source = zero_bytes(nbytes) if zeros is None or zeros.nbytes < nbytes else zeros.data[:nbytes]
     enc = _encryptor(bytes(key), algorithm, int(start_block))
     view = out.reshape(-1).view(np.uint8)
-    enc.update_into(source, view.data)
+    enc.update_into(zero_bytes(nbytes), view.data)
     return out
 
 

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-import threading
 from typing import Any
 
 import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, CipherContext, algorithms, modes
 
 from securefgl.errors import ConfigError
+from securefgl.protocols._buffers import recycled
 from securefgl.protocols._prg import KEY_BYTES, MAX_BLOCKS_PER_KEY, derive_key, zero_bytes
 
 __all__ = ["CHUNK", "RoundingBits", "encode_real_into"]
@@ -102,7 +102,10 @@ def encode_real_into(
     """
     wt = x.dtype
     word = _WORD[wt]
-    y, fl, thr, u, up = _chunk_buffers(wt)
+    # chunk buffers that stay in cache, recycled from call to call (fresh ones cost page faults each time)
+    y, fl = recycled(CHUNK, wt), recycled(CHUNK, wt)
+    thr, u = recycled(CHUNK, word), recycled(CHUNK, word)
+    up = recycled(CHUNK, np.bool_)
     two_w = float(2 ** (8 * word.itemsize))
     for i in range(0, x.shape[0], CHUNK):
         xc = x[i : i + CHUNK]
@@ -126,28 +129,6 @@ def encode_real_into(
         np.copysign(flc, xc, out=flc)
         np.copyto(dst[i : i + k], flc, casting="unsafe")
     return True
-
-
-_BUFFERS = threading.local()
-
-
-def _chunk_buffers(dtype: np.dtype[Any]) -> tuple[np.ndarray, ...]:
-    """This thread's five chunk buffers for ``dtype`` input (scaled, floor, threshold, rounding words,
-    round-up flags), allocated once: a fresh set per call cost page faults on every encoding."""
-    cache: dict[np.dtype[Any], tuple[np.ndarray, ...]] | None = getattr(_BUFFERS, "cache", None)
-    if cache is None:
-        cache = _BUFFERS.cache = {}
-    bufs = cache.get(dtype)
-    if bufs is None:
-        word = _WORD[dtype]
-        bufs = cache[dtype] = (
-            np.empty(CHUNK, dtype=dtype),
-            np.empty(CHUNK, dtype=dtype),
-            np.empty(CHUNK, dtype=word),
-            np.empty(CHUNK, dtype=word),
-            np.empty(CHUNK, dtype=np.bool_),
-        )
-    return bufs
 
 
 def _in_bound(xc: Any, bound: float) -> bool:
