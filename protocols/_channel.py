@@ -99,6 +99,11 @@ class PeerChannel:
         self._sid = bytes(session_id)
         self._round = int(round_index)
         self._purpose = purpose
+        p = purpose.encode()
+        # the associated data's fixed part, built once (a share channel seals and opens dozens per sum)
+        self._ad_head = (
+            INFO_PREFIX + struct.pack(">I", len(p)) + p + struct.pack(">I", len(self._sid)) + self._sid
+        )
         info = f"p2p/{purpose}"
         self._send = ChaCha20Poly1305(
             derive_key(shared, info, session_id=self._sid, round_index=self._round, pair=(self.me, self.peer))
@@ -108,15 +113,7 @@ class PeerChannel:
         )
 
     def _ad(self, src: int, dst: int, bind: bytes) -> bytes:
-        p = self._purpose.encode()
-        ad = (
-            INFO_PREFIX
-            + struct.pack(">I", len(p))
-            + p
-            + struct.pack(">I", len(self._sid))
-            + self._sid
-            + struct.pack(">QQQ", self._round, src, dst)
-        )
+        ad = self._ad_head + struct.pack(">QQQ", self._round, src, dst)
         return ad + struct.pack(">I", len(bind)) + bind if bind else ad
 
     def seal(self, plaintext: bytes, *, bind: bytes = b"") -> bytes:
