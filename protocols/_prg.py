@@ -93,9 +93,9 @@ def zero_bytes(nbytes: int) -> memoryview:
     """A read-only view of ``nbytes`` zero bytes, the input of every keystream ("encrypt zeros").
 
     One process-wide buffer, grown to the largest request and never written, so that expanding a mask
-    allocates nothing: a fresh zero buffer per mask costs a page fault per 4 KiB on first read, and
-    freeing it hands the pages back to the kernel (measured: ~0.7 ms of page faults per client and sum
-    at d = 92,231, as much as its ten mask expansions).
+    allocates nothing: a fresh zero buffer costs a page fault per 4 KiB on first read, and freeing it
+    hands the pages back to the kernel (a fresh expander per client and sum, zero and scratch buffers,
+    cost ~0.7 ms of faults at d = 92,231 in a ten-mask micro-benchmark: as much as the ten expansions).
     """
     global _ZEROS
     zeros = _ZEROS
