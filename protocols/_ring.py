@@ -112,18 +112,26 @@ def ring_sum(arrays: Sequence[np.ndarray], bits: int, length: int | None = None)
     return acc
 
 
-def centred_lift(x: np.ndarray, bits: int) -> np.ndarray:
+def centred_lift(x: np.ndarray, bits: int, out: np.ndarray | None = None) -> np.ndarray:
     """Signed representatives in :math:`[-2^{bits-1}, 2^{bits-1})` of ring elements, as ``int64``.
 
+    Args:
+        x: ring elements, ``uint64`` (reduced or not); ``uint32`` words for rings of at most 32 bits.
+        bits: ring bit width.
+        out: optional ``int64`` array of ``x``'s shape to write into (no temporary is allocated).
+
     Shapes:
-        ``x``: any shape, ``uint64`` (reduced or not). Output: same shape, ``int64``.
+        ``x``: any shape. Output: same shape, ``int64``.
     """
     bits = _check_bits(bits)
-    _as_ring_array(x, "x")
-    shift = np.uint64(64 - bits)
+    if not (isinstance(x, np.ndarray) and x.dtype == np.uint32 and bits <= 32):
+        _as_ring_array(x, "x")
+    if out is None:
+        out = np.empty(x.shape, dtype=np.int64)
     # Move the ring's sign bit to bit 63, reinterpret as signed, shift back arithmetically.
-    signed: np.ndarray = np.left_shift(x, shift).view(np.int64) >> np.int64(64 - bits)
-    return signed
+    np.left_shift(x, np.uint64(64 - bits), out=out.view(np.uint64))
+    np.right_shift(out, np.int64(64 - bits), out=out)
+    return out
 
 
 def ring_from_signed(x: np.ndarray, bits: int, out: np.ndarray | None = None) -> np.ndarray:

@@ -421,11 +421,7 @@ class SumSchema:
                 f"{ring_sum.dtype} for a {self.ring_bits}-bit ring"
             )
         self.check_num_clients(int(num_contributors))
-        # centred lift in place: the ring's sign bit moved to bit 63, then an arithmetic shift back
-        signed = recycled(self.length, np.int64)
-        shift = 64 - self.ring_bits
-        np.left_shift(ring_sum, np.uint64(shift), out=signed.view(np.uint64))
-        np.right_shift(signed, np.int64(shift), out=signed)
+        signed = centred_lift(ring_sum, self.ring_bits, out=recycled(self.length, np.int64))
         out: dict[str, torch.Tensor] = {}
         for spec in self.blocks:
             v = signed[self.slices[spec.name]]
