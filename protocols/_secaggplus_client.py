@@ -110,6 +110,8 @@ class SecAggPlusClient(UseLifecycle):
         session: what this client kept from the previous use of a session (its :attr:`session` after that
             use): the client then expects a ``resume`` request instead of a key agreement
             (:mod:`~securefgl.protocols._secaggplus_resume`). (default: ``None``)
+        workers: threads expanding this client's masks, the vector split between them
+            (:meth:`~securefgl.protocols._prg.MaskExpander.combine`). (default: ``1``)
 
     Attributes:
         session: after a use that allows another one (``config.session_uses``, every neighbour alive),
@@ -136,6 +138,7 @@ class SecAggPlusClient(UseLifecycle):
         identity: Ed25519PrivateKey | None = None,
         directory: IdentityDirectory | None = None,
         session: ClientSession | None = None,
+        workers: int = 1,
     ) -> None:
         if session is not None and (session.party_id != party_id or config.session_uses < 2):
             raise ConfigError(
@@ -168,6 +171,7 @@ class SecAggPlusClient(UseLifecycle):
         self.refusals: list[ProtocolError] = []
         self.result: Sums | None = None
         self._resumed = session
+        self.workers = max(1, int(workers))
         self.session: ClientSession | None = None
         self._continues = False
         #: Wall time of the steps of ``masked_input`` (decrypt shares, encode, mask, serialise), seconds.
@@ -488,12 +492,8 @@ class SecAggPlusClient(UseLifecycle):
         self._contribution = None
         y[self.layout.offset :] = self.layout.encode(clips)
         t2 = time.perf_counter()
-        expander.add(y, s.self_mask_key)
-        for v in masked_with:
-            if v > self.party_id:
-                expander.add(y, s.mask_keys[v])
-            else:
-                expander.subtract(y, s.mask_keys[v])
+        plus = [s.self_mask_key] + [s.mask_keys[v] for v in masked_with if v > self.party_id]
+        minus = [s.mask_keys[v] for v in masked_with if v < self.party_id]
         if self.recipient is not None:
             assert s.channel_sk is not None
             cpk = s.keys[self.recipient][0]
@@ -501,7 +501,8 @@ class SecAggPlusClient(UseLifecycle):
                 shared = s.channel_sk.exchange(X25519PublicKey.from_public_bytes(cpk))
             except ValueError:
                 raise self._fail(InconsistentViewError, "the recipient's key is degenerate", ph) from None
-            expander.add(y, pad_key(shared, s.session_id, s.round_index, self.party_id, self.recipient))
+            plus.append(pad_key(shared, s.session_id, s.round_index, self.party_id, self.recipient))
+        expander.combine(y, plus, minus, workers=self.workers)
         expander.reduce(y)
         s.masked_with = tuple(masked_with)
         self.step_seconds.update(encode=t2 - t1, mask=time.perf_counter() - t2)
@@ -676,12 +677,14 @@ class SecAggPlusClient(UseLifecycle):
         expander = expander_for(self.layout.length, self.schema.ring_bits, algorithm=self.config.prg)
         acc = req.vector.astype(expander.dtype, copy=True)
         r = s.round_index
+        pads = []
         for u in survivors:
             try:
                 shared = s.channel_sk.exchange(X25519PublicKey.from_public_bytes(s.keys[u][0]))
             except ValueError:
                 raise self._fail(InconsistentViewError, f"survivor {u} has a degenerate key", ph) from None
-            expander.subtract(acc, pad_key(shared, s.session_id, r, u, self.party_id))
+            pads.append(pad_key(shared, s.session_id, r, u, self.party_id))
+        expander.combine(acc, subtract=pads, workers=self.workers)
         expander.reduce(acc)
         self.result = release_ring(
             self.schema, self.layout, acc, len(survivors), ph, self.config.min_contributors

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,13 +83,6 @@ class SecAggPlusServerState:
 
 #: Most holder subsets tried per secret when corrupted shares must be routed around.
 MAX_HOLDER_SUBSETS = 20_000
-
-#: Mask words below which the server regenerates masks in the calling thread. Two threads on this project's
-#: 2-core machine (n = 100 self masks, serial against threaded, ms): d = 1e5 (1e7 words) 6.4 against 7.4,
-#: d = 2e5 11.6 against 11.8, d = 4e5 23.3 against 18.3, d = 1e6 55-57 against 34-37; below about 2e7 words
-#: the pool's start, its second accumulator and the threads' contention for the GIL between keystreams cost
-#: more than the second core gives.
-PARALLEL_MIN_WORDS = 1 << 24
 
 
 class Reconstruction:
@@ -278,46 +270,20 @@ class Reconstruction:
         self, total: np.ndarray, seeds: Mapping[int, np.ndarray], keys: Mapping[int, np.ndarray]
     ) -> None:
         """total -= sum of self masks of survivors, and -/+ the pairwise masks between survivors and the
-        dropped (one PRG expansion each), split over ``workers`` threads (the PRG releases the GIL)."""
+        dropped (one PRG expansion each), the vector split over ``workers`` threads
+        (:meth:`~securefgl.protocols._prg.MaskExpander.combine`)."""
         sid, r = self.state.session_id, self.round_index
-        public = {u: X25519PublicKey.from_public_bytes(self.state.keys[u][1]) for u in self.state.u3}
-        jobs: list[tuple[str, Any]] = [("self", (u, seeds[u].tobytes())) for u in self.state.u3]
-        for v, sk in keys.items():
-            jobs.append(("pair", (v, sk.tobytes())))
-
-        def work(chunk: list[tuple[str, Any]], acc: np.ndarray | None = None) -> np.ndarray:
-            """The masks of ``chunk`` added into a fresh accumulator, or removed from ``acc`` in place."""
-            ex = expander_for(self.layout.length, self.schema.ring_bits, algorithm=self.config.prg)
-            plus, minus = (ex.add, ex.subtract) if acc is None else (ex.subtract, ex.add)
-            if acc is None:
-                acc = ex.zeros()
-            for kind, (owner, secret) in chunk:
-                if kind == "self":
-                    plus(acc, self_key(secret, sid, r, owner))
-                    continue
-                sk = X25519PrivateKey.from_private_bytes(secret)
-                for u in self._masked_with_dead(owner):
-                    shared = sk.exchange(public[u])
-                    key = pair_key(shared, sid, r, u, owner)
-                    if owner > u:  # y_u holds +PRG(k_uv): remove it
-                        plus(acc, key)
-                    else:
-                        minus(acc, key)
-            return acc
-
-        n_jobs = sum(1 if k == "self" else len(self._masked_with_dead(o)) for k, (o, _) in jobs)
-        workers = min(self.workers, max(1, len(jobs)))
-        if workers == 1 or n_jobs < 8 or n_jobs * self.layout.length < PARALLEL_MIN_WORDS:
-            work(jobs, total)  # straight into the sum: no second accumulator
-            return
-        # Interleave so each thread gets a similar number of expansions.
-        order = sorted(range(len(jobs)), key=lambda i: jobs[i][0] != "pair")
-        chunks: list[list[tuple[str, Any]]] = [[] for _ in range(workers)]
-        for j, i in enumerate(order):
-            chunks[j % workers].append(jobs[i])
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            for acc in pool.map(work, chunks):
-                np.subtract(total, acc, out=total)
+        minus = [self_key(seeds[u].tobytes(), sid, r, u) for u in self.state.u3]
+        plus = []
+        for v, secret in keys.items():
+            sk = X25519PrivateKey.from_private_bytes(secret.tobytes())
+            for u in self._masked_with_dead(v):
+                key = pair_key(
+                    sk.exchange(X25519PublicKey.from_public_bytes(self.state.keys[u][1])), sid, r, u, v
+                )
+                (minus if v > u else plus).append(key)  # y_u holds +PRG(k_uv) when v > u: remove it
+        ex = expander_for(self.layout.length, self.schema.ring_bits, algorithm=self.config.prg)
+        ex.combine(total, plus, minus, workers=self.workers)
 
 
 class RunningSum:

@@ -159,7 +159,8 @@ class SecAggPlus(Protocol):
         degree, threshold, dropout_rate, corrupt_rate, adversary, prg, security_bits, correctness_bits,
             complete_below: see :class:`SecAggPlusConfig`.
         record_views: keep every message in the transcript (off for benchmarks). (default: ``True``)
-        workers: threads regenerating masks at the server (default: the CPU count, at most 8).
+        workers: threads expanding masks, the vector split between them: each client's masked input, the
+            server's mask removal and a designated recipient's pads (default: the CPU count, at most 8).
         rng: generator used only to resolve ``"any"`` entries of a dropout plan (default: OS-seeded).
         interceptor: fault-injection hook of the router (tests: garble, drop, replay, duplicate).
         consistency_check, insecure_low_threshold, min_contributors, session_uses: see
@@ -348,6 +349,7 @@ class SecAggPlus(Protocol):
                 identity=None if keys is None else keys[c],
                 directory=directory,
                 session=session,
+                workers=self.workers,
             )
         return parties
 

@@ -277,7 +277,7 @@ def run_protocol_case(
         row = _row_from_transcript(protocol, proto, tr, sums, schema, n, d, dropout, wall, SERVER)
         row["max_abs_error"] = _measured_error(schema, contributions, tr.survivors, sums)
         if baselines and row["masks"]:
-            _time_floors(row, d, schema.ring_bits, prg)
+            _time_floors(row, d, schema.ring_bits, prg, int(getattr(proto, "workers", 1)))
         runs.append(row)
         del sums, tr
     best = _median_row(runs)
@@ -307,13 +307,15 @@ _TIMED = (
 )
 
 
-def _time_floors(row: dict[str, Any], d: int, ring_bits: int, prg: str) -> None:
-    """The client and server PRG floors of this run, timed right after it (median of 3 each)."""
+def _time_floors(row: dict[str, Any], d: int, ring_bits: int, prg: str, threads: int = 1) -> None:
+    """The client and server PRG floors of this run, timed right after it (median of 3 each), with as many
+    threads as the protocol expands its masks with (``workers``; :func:`prg_floor_samples`)."""
     row["server_prg_streams"] = row["survivors"] + row["dropped_after_keys"] * min(
         row["neighbours"], row["survivors"]
     )
-    fc = prg_floor_samples(row["neighbours"] + 1, d, ring_bits, algorithm=prg, repeats=3)
-    fs = prg_floor_samples(row["server_prg_streams"], d, ring_bits, algorithm=prg, repeats=3)
+    row["prg_threads"] = threads
+    fc = prg_floor_samples(row["neighbours"] + 1, d, ring_bits, algorithm=prg, repeats=3, threads=threads)
+    fs = prg_floor_samples(row["server_prg_streams"], d, ring_bits, algorithm=prg, repeats=3, threads=threads)
     row["prg_floor_client_ms"] = 1e3 * float(np.median(fc))
     row["prg_floor_server_ms"] = 1e3 * float(np.median(fs))
     row["client_vs_prg"] = _ratio(row["client_input_ms"], row["prg_floor_client_ms"])
@@ -567,6 +569,7 @@ _GRID_COLUMNS = [
     "d",
     "dropout",
     "neighbours",
+    "prg_threads",
     "client_input_ms",
     "prg_floor_client_ms",
     "client_vs_prg",
@@ -608,6 +611,7 @@ register_section(
         "client_ms",
         "server_sum_unmask_ms",
         "server_ms",
+        "prg_threads",
         "prg_floor_server_ms",
         "target_server_s",
         "meets_target",

@@ -213,6 +213,7 @@ def client_party(
             identity=identity,
             directory=directory,
             session=session,
+            workers=protocol.workers,
         )
     if isinstance(protocol, CKKSAggregation):
         return _CKKSClientParty(

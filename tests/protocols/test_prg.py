@@ -14,6 +14,8 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy import stats
 
 from securefgl.errors import ConfigError
@@ -226,6 +228,76 @@ def test_accumulate_wraps_and_reduces() -> None:
     assert np.array_equal(acc.astype(object), ref)
     with pytest.raises(ConfigError, match="accumulator"):
         ex.add(np.zeros(1000, dtype=np.uint64), keys[0])
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    length=st.integers(0, 300),
+    bits=st.sampled_from([7, 32, 40, 64]),
+    algorithm=st.sampled_from(["aes256-ctr", "chacha20"]),
+    adds=st.integers(0, 4),
+    subs=st.integers(0, 3),
+    workers=st.integers(1, 5),
+)
+def test_combine_split_over_threads_is_the_serial_sum(
+    length: int, bits: int, algorithm: str, adds: int, subs: int, workers: int
+) -> None:
+    """Pieces start on cipher-block boundaries of every word size and algorithm: split or not, ``combine`` is
+    the serial ``add``/``subtract`` bit for bit (pieces forced down to one cipher block here)."""
+    import securefgl.protocols._prg as prg
+
+    ex = MaskExpander(length, bits, algorithm=algorithm)
+    keys = [os.urandom(32) for _ in range(adds + subs)]
+    start = np.frombuffer(os.urandom(8 * length), dtype=np.uint64).astype(ex.dtype)
+    ref = start.copy()
+    for i, k in enumerate(keys):
+        (ex.add if i < adds else ex.subtract)(ref, k)
+    saved = prg.SPLIT_MIN_WORDS, prg.SPLIT_MIN_PIECE
+    prg.SPLIT_MIN_WORDS, prg.SPLIT_MIN_PIECE = 1, 1
+    try:
+        got = start.copy()
+        ex.combine(got, keys[:adds], keys[adds:], workers=workers)
+    finally:
+        prg.SPLIT_MIN_WORDS, prg.SPLIT_MIN_PIECE = saved
+    assert np.array_equal(got, ref)
+
+
+def test_combine_splits_only_long_work_and_checks_its_arguments() -> None:
+    ex = MaskExpander(1 << 17, 40)
+    assert ex._pieces(2, 1) == [0, 1 << 16, 1 << 17]  # 64k words a piece: split
+    assert ex._pieces(8, 1) == [0, 1 << 16, 1 << 17]  # never a piece under SPLIT_MIN_WORDS
+    assert ex._pieces(1, 10) == [0, 1 << 17]
+    assert MaskExpander(1 << 15, 40)._pieces(2, 1) == [0, 1 << 15]  # 32k words of keystream: one piece
+    assert MaskExpander(1 << 15, 40)._pieces(4, 10) == [0, 1 << 14, 1 << 15]  # pieces of at least 16k words
+    acc = ex.zeros()
+    with pytest.raises(ConfigError, match="32 bytes"):
+        ex.combine(acc, [os.urandom(32), b"short"])
+    with pytest.raises(ConfigError, match="accumulator"):
+        ex.combine(np.zeros(5, dtype=np.uint64), [os.urandom(32)])
+    ex.combine(acc)  # no keys: nothing to add
+    assert not acc.any()
+
+
+def test_combine_pool_is_remade_in_a_forked_child() -> None:
+    """A forked child's copy of the pool has no threads: combine must not wait on it forever."""
+    import multiprocessing
+
+    ex = MaskExpander(1 << 17, 40)
+    keys = [os.urandom(32) for _ in range(3)]
+    ex.combine(ex.zeros(), keys, workers=2)  # the parent's pool now exists
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(1) as pool:
+        child = pool.apply_async(_combine_in_child, (keys,)).get(timeout=20)
+    ref = ex.zeros()
+    ex.combine(ref, keys, workers=1)
+    assert np.array_equal(child, ref)
+
+
+def _combine_in_child(keys: list[bytes]) -> np.ndarray:
+    ex = MaskExpander(1 << 17, 40)
+    acc = ex.zeros()
+    ex.combine(acc, keys, workers=2)
+    return acc
 
 
 def test_keystream_chunks_concatenate() -> None:

@@ -304,17 +304,22 @@ def test_server_is_single_use_and_stage_ordered() -> None:
         server.handle("masked_input", [])
 
 
-@pytest.mark.parametrize("min_words", [0, 1 << 40])
-def test_server_masks_are_removed_alike_in_threads_and_in_line(
-    monkeypatch: pytest.MonkeyPatch, min_words: int
+@pytest.mark.parametrize("recipient", [None, 4])
+@pytest.mark.parametrize("min_words", [1, 1 << 40])
+def test_masks_are_expanded_alike_split_over_threads_and_in_line(
+    monkeypatch: pytest.MonkeyPatch, min_words: int, recipient: int | None
 ) -> None:
-    """Above ``PARALLEL_MIN_WORDS`` the server regenerates self and dropped clients' masks in a thread pool,
-    below it in the calling thread: both give the survivors' exact sum (two dropped after sharing keys)."""
-    from securefgl.protocols import _secaggplus_unmask
+    """With pieces forced down to a cipher block every mask (clients' inputs, the server's removal of self
+    masks and of dropped clients' pairwise masks, a designated recipient's pads) is expanded split over
+    threads, with pieces forced above the vector none is: both give the survivors' exact sum (two dropped
+    after sharing keys)."""
+    from securefgl.protocols import _prg
 
-    monkeypatch.setattr(_secaggplus_unmask, "PARALLEL_MIN_WORDS", min_words)
+    monkeypatch.setattr(_prg, "SPLIT_MIN_WORDS", min_words)
+    monkeypatch.setattr(_prg, "SPLIT_MIN_PIECE", min_words)
     schema, contrib = schema_and_contributions(12, seed=3)
     proto = SecAggPlus(workers=3)
-    sums, tr = proto.aggregate(schema, contrib, dropouts=DropoutPlan({2: "masked_input", 7: "masked_input"}))
+    plan = DropoutPlan({2: "masked_input", 7: "masked_input"})
+    sums, tr = proto.aggregate(schema, contrib, dropouts=plan, recipient=recipient)
     assert sorted(tr.survivors) == [c for c in range(12) if c not in (2, 7)]
     check_sum(sums, contrib, tr.survivors)
