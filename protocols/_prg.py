@@ -50,8 +50,7 @@ __all__ = [
     "RandomSource",
     "InsecureDeterministicRandom",
     "MaskExpander",
-    "SPLIT_MIN_PIECE",
-    "SPLIT_MIN_WORDS",
+    "SPLIT_MIN_BYTES",
     "derive_key",
     "expander_for",
     "hkdf_info",
@@ -320,9 +319,9 @@ class MaskExpander:
         """``acc += sum(PRG(k) for k in add) - sum(PRG(k) for k in subtract)`` with wrap-around (reduce later).
 
         With ``workers > 1`` the vector is cut into contiguous pieces on cipher-block boundaries, at most
-        ``workers`` and none expanding fewer than :data:`SPLIT_MIN_WORDS` keystream words, and the pieces are combined at once in
-        threads (the cipher and numpy release the GIL): each piece expands its part of every keystream from
-        its first block into its part of the scratch buffer. The result is the serial one, bit for bit.
+        ``workers`` and none under :data:`SPLIT_MIN_BYTES`, and the pieces are combined at once in threads (the
+        cipher and numpy release the GIL): each piece expands its part of every keystream from its first block
+        into its part of the scratch buffer. The result is the serial one, bit for bit.
         """
         self._check(acc)
         keys = [bytes(k) for k in add] + [bytes(k) for k in subtract]
@@ -332,7 +331,7 @@ class MaskExpander:
             )
         if not self.length or not keys:
             return
-        bounds = self._pieces(int(workers), len(keys))
+        bounds = self._pieces(int(workers))
         pool = _piece_pool(len(bounds) - 2) if len(bounds) > 2 else None
         jobs = [
             pool.submit(self._combine_piece, acc, keys, len(add), lo, hi)  # type: ignore[union-attr]
@@ -342,12 +341,11 @@ class MaskExpander:
         for job in jobs:
             job.result()
 
-    def _pieces(self, workers: int, keys: int) -> list[int]:
-        """Piece boundaries (word indices) for ``workers`` threads expanding ``keys`` keys, each piece on a
-        cipher-block boundary, at least :data:`SPLIT_MIN_PIECE` words long and expanding at least
-        :data:`SPLIT_MIN_WORDS` keystream words."""
+    def _pieces(self, workers: int) -> list[int]:
+        """Piece boundaries (word indices) for ``workers`` threads, each piece on a cipher-block boundary and
+        at least :data:`SPLIT_MIN_BYTES` long."""
         unit = _BLOCK_BYTES[self.algorithm] // self.dtype.itemsize
-        count = max(1, min(workers, self.length * keys // SPLIT_MIN_WORDS, self.length // SPLIT_MIN_PIECE))
+        count = max(1, min(workers, self.length * self.dtype.itemsize // SPLIT_MIN_BYTES))
         step = -(-self.length // count // unit) * unit
         return [min(i * step, self.length) for i in range(count)] + [self.length]
 
@@ -389,15 +387,13 @@ class MaskExpander:
         return f"MaskExpander(length={self.length}, ring_bits={self.ring_bits}, algorithm={self.algorithm!r})"
 
 
-#: Fewest keystream words (piece length times keys) a piece of a split :meth:`MaskExpander.combine` expands.
-#: Two threads on this project's 2-core machine, 40-bit ring, serial against split (ms): d = 92,231 with one
-#: key 0.10 against 0.11 (46k words a piece), with 3 keys 0.30 against 0.22, with 10 keys 0.99 against 0.61;
-#: d = 65,536 with 3 keys 0.22 against 0.18 (98k words a piece); d = 1e6 with 10 keys 11.2 against 6.0. Below
-#: about 64k words a piece the hand-off to the other thread costs what the thread saves.
-SPLIT_MIN_WORDS = 1 << 16
-#: Fewest words in a piece (each piece pays a cipher setup per key): d = 16,384 with 10 keys, 82k keystream
-#: words a piece, was 0.20 ms serial against 0.22 split.
-SPLIT_MIN_PIECE = 1 << 14
+#: Fewest bytes in a piece of a split :meth:`MaskExpander.combine`. Each keystream of a piece costs its thread
+#: two hand-offs of the GIL (around the cipher and around the add), which a short piece does not repay. Two
+#: threads on this project's 2-core machine, 10 keys, serial against split (ms): d = 92,231 in a 40-bit ring
+#: (369 KiB pieces) 0.98 against 0.58-0.69, in a 26-bit ring (uint32 words, 184 KiB pieces) 0.51 against
+#: 0.58-0.66; d = 65,536, 40-bit, 3 keys (256 KiB pieces) 0.22 against 0.18; d = 1e6, 40-bit, 10 keys 11.2
+#: against 6.0.
+SPLIT_MIN_BYTES = 1 << 18
 
 _POOLS: dict[int, tuple[int, ThreadPoolExecutor]] = {}
 _POOLS_LOCK = threading.Lock()

@@ -243,7 +243,7 @@ def test_combine_split_over_threads_is_the_serial_sum(
     length: int, bits: int, algorithm: str, adds: int, subs: int, workers: int
 ) -> None:
     """Pieces start on cipher-block boundaries of every word size and algorithm: split or not, ``combine`` is
-    the serial ``add``/``subtract`` bit for bit (pieces forced down to one cipher block here)."""
+    the serial ``add``/``subtract`` bit for bit (pieces allowed down to one cipher block here)."""
     import securefgl.protocols._prg as prg
 
     ex = MaskExpander(length, bits, algorithm=algorithm)
@@ -252,23 +252,28 @@ def test_combine_split_over_threads_is_the_serial_sum(
     ref = start.copy()
     for i, k in enumerate(keys):
         (ex.add if i < adds else ex.subtract)(ref, k)
-    saved = prg.SPLIT_MIN_WORDS, prg.SPLIT_MIN_PIECE
-    prg.SPLIT_MIN_WORDS, prg.SPLIT_MIN_PIECE = 1, 1
+    saved = prg.SPLIT_MIN_BYTES
+    prg.SPLIT_MIN_BYTES = 1
     try:
         got = start.copy()
         ex.combine(got, keys[:adds], keys[adds:], workers=workers)
     finally:
-        prg.SPLIT_MIN_WORDS, prg.SPLIT_MIN_PIECE = saved
+        prg.SPLIT_MIN_BYTES = saved
     assert np.array_equal(got, ref)
 
 
 def test_combine_splits_only_long_work_and_checks_its_arguments() -> None:
-    ex = MaskExpander(1 << 17, 40)
-    assert ex._pieces(2, 1) == [0, 1 << 16, 1 << 17]  # 64k words a piece: split
-    assert ex._pieces(8, 1) == [0, 1 << 16, 1 << 17]  # never a piece under SPLIT_MIN_WORDS
-    assert ex._pieces(1, 10) == [0, 1 << 17]
-    assert MaskExpander(1 << 15, 40)._pieces(2, 1) == [0, 1 << 15]  # 32k words of keystream: one piece
-    assert MaskExpander(1 << 15, 40)._pieces(4, 10) == [0, 1 << 14, 1 << 15]  # pieces of at least 16k words
+    ex = MaskExpander(1 << 16, 40)  # 512 KiB of uint64 words
+    assert ex._pieces(2) == [0, 1 << 15, 1 << 16]
+    assert ex._pieces(8) == [0, 1 << 15, 1 << 16]  # never a piece under SPLIT_MIN_BYTES
+    assert ex._pieces(1) == [0, 1 << 16]
+    assert MaskExpander(1 << 16, 26)._pieces(2) == [0, 1 << 16]  # 256 KiB of uint32 words: one piece
+    assert MaskExpander(3 * (1 << 15) + 1, 40, algorithm="chacha20")._pieces(3) == [
+        0,
+        32776,
+        65552,
+        98305,
+    ]  # 8-word blocks
     acc = ex.zeros()
     with pytest.raises(ConfigError, match="32 bytes"):
         ex.combine(acc, [os.urandom(32), b"short"])

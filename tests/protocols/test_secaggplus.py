@@ -305,9 +305,9 @@ def test_server_is_single_use_and_stage_ordered() -> None:
 
 
 @pytest.mark.parametrize("recipient", [None, 4])
-@pytest.mark.parametrize("min_words", [1, 1 << 40])
+@pytest.mark.parametrize("min_bytes", [1, 1 << 40])
 def test_masks_are_expanded_alike_split_over_threads_and_in_line(
-    monkeypatch: pytest.MonkeyPatch, min_words: int, recipient: int | None
+    monkeypatch: pytest.MonkeyPatch, min_bytes: int, recipient: int | None
 ) -> None:
     """With pieces forced down to a cipher block every mask (clients' inputs, the server's removal of self
     masks and of dropped clients' pairwise masks, a designated recipient's pads) is expanded split over
@@ -315,8 +315,7 @@ def test_masks_are_expanded_alike_split_over_threads_and_in_line(
     after sharing keys)."""
     from securefgl.protocols import _prg
 
-    monkeypatch.setattr(_prg, "SPLIT_MIN_WORDS", min_words)
-    monkeypatch.setattr(_prg, "SPLIT_MIN_PIECE", min_words)
+    monkeypatch.setattr(_prg, "SPLIT_MIN_BYTES", min_bytes)
     schema, contrib = schema_and_contributions(12, seed=3)
     proto = SecAggPlus(workers=3)
     plan = DropoutPlan({2: "masked_input", 7: "masked_input"})
