@@ -308,14 +308,23 @@ _TIMED = (
 
 
 def _time_floors(row: dict[str, Any], d: int, ring_bits: int, prg: str, threads: int = 1) -> None:
-    """The client and server PRG floors of this run, timed right after it (median of 3 each), with as many
-    threads as the protocol expands its masks with (``workers``; :func:`prg_floor_samples`)."""
+    """The client and server PRG floors of this run, timed right after it (median of 3 each): the faster of
+    one thread and as many threads as the protocol expands its masks with (``workers``;
+    :func:`prg_floor_samples`), since on a short vector the hand-off to a second thread costs more than it
+    saves."""
     row["server_prg_streams"] = row["survivors"] + row["dropped_after_keys"] * min(
         row["neighbours"], row["survivors"]
     )
     row["prg_threads"] = threads
-    fc = prg_floor_samples(row["neighbours"] + 1, d, ring_bits, algorithm=prg, repeats=3, threads=threads)
-    fs = prg_floor_samples(row["server_prg_streams"], d, ring_bits, algorithm=prg, repeats=3, threads=threads)
+
+    def floor(streams: int) -> list[float]:
+        samples = [
+            prg_floor_samples(streams, d, ring_bits, algorithm=prg, repeats=3, threads=t)
+            for t in {1, threads}
+        ]
+        return [min(ts) for ts in zip(*samples, strict=True)]
+
+    fc, fs = floor(row["neighbours"] + 1), floor(row["server_prg_streams"])
     row["prg_floor_client_ms"] = 1e3 * float(np.median(fc))
     row["prg_floor_server_ms"] = 1e3 * float(np.median(fs))
     row["client_vs_prg"] = _ratio(row["client_input_ms"], row["prg_floor_client_ms"])

@@ -263,17 +263,13 @@ def test_combine_split_over_threads_is_the_serial_sum(
 
 
 def test_combine_splits_only_long_work_and_checks_its_arguments() -> None:
-    ex = MaskExpander(1 << 16, 40)  # 512 KiB of uint64 words
-    assert ex._pieces(2) == [0, 1 << 15, 1 << 16]
-    assert ex._pieces(8) == [0, 1 << 15, 1 << 16]  # never a piece under SPLIT_MIN_BYTES
-    assert ex._pieces(1) == [0, 1 << 16]
-    assert MaskExpander(1 << 16, 26)._pieces(2) == [0, 1 << 16]  # 256 KiB of uint32 words: one piece
-    assert MaskExpander(3 * (1 << 15) + 1, 40, algorithm="chacha20")._pieces(3) == [
-        0,
-        32776,
-        65552,
-        98305,
-    ]  # 8-word blocks
+    ex = MaskExpander(1 << 15, 40)  # 256 KiB of uint64 words
+    assert ex._pieces(2) == [0, 1 << 14, 1 << 15]
+    assert ex._pieces(8) == [0, 1 << 14, 1 << 15]  # never a piece under SPLIT_MIN_BYTES
+    assert ex._pieces(1) == [0, 1 << 15]
+    assert MaskExpander(1 << 15, 26)._pieces(2) == [0, 1 << 15]  # 128 KiB of uint32 words: one piece
+    bounds = MaskExpander(3 * (1 << 14) + 1, 40, algorithm="chacha20")._pieces(3)
+    assert bounds == [0, 16392, 32784, 49153]  # on 64-byte (8-word) blocks
     acc = ex.zeros()
     with pytest.raises(ConfigError, match="32 bytes"):
         ex.combine(acc, [os.urandom(32), b"short"])
@@ -281,6 +277,24 @@ def test_combine_splits_only_long_work_and_checks_its_arguments() -> None:
         ex.combine(np.zeros(5, dtype=np.uint64), [os.urandom(32)])
     ex.combine(acc)  # no keys: nothing to add
     assert not acc.any()
+
+
+def test_combine_raises_what_a_piece_raised_in_any_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    import securefgl.protocols._prg as prg
+
+    monkeypatch.setattr(prg, "SPLIT_MIN_BYTES", 1)
+    real = MaskExpander._combine_piece
+
+    def failing(self: MaskExpander, acc: np.ndarray, keys: list[bytes], adds: int, lo: int, hi: int) -> None:
+        if lo > 0:
+            raise RuntimeError(f"piece at {lo}")
+        real(self, acc, keys, adds, lo, hi)
+
+    monkeypatch.setattr(MaskExpander, "_combine_piece", failing)
+    ex = MaskExpander(4096, 40)
+    for _ in range(20):  # whichever thread claims the failing piece
+        with pytest.raises(RuntimeError, match="piece at"):
+            ex.combine(ex.zeros(), [os.urandom(32)], workers=2)
 
 
 def test_combine_pool_is_remade_in_a_forked_child() -> None:
