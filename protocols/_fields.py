@@ -376,15 +376,30 @@ class RingVector(Field):
             if not arr.dtype.isnative:  # pragma: no cover - big-endian hosts only
                 arr = arr.astype(dtype.newbyteorder("="))
         else:
-            b = np.frombuffer(raw, dtype=np.uint8)
-            arr = recycled(count, dtype)  # reused once nothing holds the message or a view of it
-            arr.fill(0)  # the high bytes stay zero
-            words = arr.view(np.uint8)
-            for j in range(width):
-                words[j :: dtype.itemsize] = b[j::width]
-            if not arr.dtype.isnative:  # pragma: no cover - big-endian hosts only
-                arr = arr.astype(dtype.newbyteorder("="))
+            arr = recycled(count, dtype.newbyteorder("="))  # reused once nothing holds the message or it
+            _unpack_narrow(raw, width, arr)
         return arr  # the range check (elements < 2^bits) runs once, in ``check``, on construction
+
+
+def _unpack_narrow(raw: memoryview, width: int, out: np.ndarray) -> None:
+    """``out[i]`` = the little-endian integer of bytes ``raw[i*width : (i+1)*width]`` (``width`` below the word).
+
+    Element ``i`` is read as a whole little-endian word starting at byte ``i*width`` (an overlapping, unaligned
+    strided view of the message: no copy) and its bytes beyond ``width``, which belong to the next elements,
+    are masked off: one pass. The last elements, whose word would run past the vector, are assembled byte by
+    byte.
+    """
+    size = out.dtype.itemsize
+    count = out.shape[0]
+    main = max(0, count - -(-(size - width) // width))  # elements whose whole word lies inside ``raw``
+    if main:
+        words = np.ndarray((main,), dtype=f"<u{size}", buffer=raw, strides=(width,))
+        np.bitwise_and(words, out.dtype.type((1 << (8 * width)) - 1), out=out[:main])
+    tail = out[main:]
+    tail.fill(0)
+    b = np.frombuffer(raw, dtype=np.uint8)[main * width :]
+    for i in range(count - main):
+        tail[i] = int.from_bytes(b[i * width : (i + 1) * width].tobytes(), "little")
 
 
 class ShareMatrix(Field):
