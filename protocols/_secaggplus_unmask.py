@@ -274,7 +274,7 @@ class Reconstruction:
         (:meth:`~securefgl.protocols._prg.MaskExpander.combine`)."""
         sid, r = self.state.session_id, self.round_index
         minus = [self_key(seeds[u].tobytes(), sid, r, u) for u in self.state.u3]
-        plus = []
+        plus: list[bytes] = []
         for v, secret in keys.items():
             sk = X25519PrivateKey.from_private_bytes(secret.tobytes())
             for u in self._masked_with_dead(v):
