@@ -413,7 +413,7 @@ class MaskExpander:
 #: threads on this project's 2-core virtual machine, 10 keys, in a loop, serial against split (ms): d = 92,231
 #: in a 40-bit ring (369 KiB pieces) 1.01 against 0.58, in a 25-bit ring (uint32 words, 184 KiB pieces) 0.52
 #: against 0.35; d = 1e6, 40-bit, 10 keys 11.2 against 6.0. Inside a 10-client SecAgg+ sum of d = 92,231 (a
-#: pool thread woken from idle between clients) the masks of the whole sum took 10.9 against 8.3 ms at 40 bits
+#: pool thread woken from idle between clients) the masks of the whole sum took 10.9 against 8.3 ms at 37 bits
 #: and 5.7 against 5.7 at 25 bits.
 SPLIT_MIN_BYTES = 1 << 17
 
