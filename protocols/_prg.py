@@ -417,19 +417,29 @@ class MaskExpander:
 #: and 5.7 against 5.7 at 25 bits.
 SPLIT_MIN_BYTES = 1 << 17
 
-_POOLS: dict[int, tuple[int, ThreadPoolExecutor]] = {}
+_POOLS: dict[int, ThreadPoolExecutor] = {}
 _POOLS_LOCK = threading.Lock()
 
 
 def _piece_pool(threads: int) -> ThreadPoolExecutor:
     """A process-wide pool of ``threads`` threads for the pieces of :meth:`MaskExpander.combine` (one per
-    size, made on first use, made again in a forked child, whose copy has no threads)."""
-    pid = os.getpid()
+    size, made on first use)."""
     with _POOLS_LOCK:
-        held = _POOLS.get(threads)
-        if held is None or held[0] != pid:
-            held = _POOLS[threads] = (pid, ThreadPoolExecutor(threads, thread_name_prefix="securefgl-prg"))
-        return held[1]
+        pool = _POOLS.get(threads)
+        if pool is None:
+            pool = _POOLS[threads] = ThreadPoolExecutor(threads, thread_name_prefix="securefgl-prg")
+        return pool
+
+
+def _forget_pools_in_child() -> None:
+    """A forked child's copies of the pools have no threads (a task sent to one would wait forever) and its
+    copy of the lock may be held by a thread that does not exist there: start both afresh."""
+    global _POOLS_LOCK
+    _POOLS.clear()
+    _POOLS_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pools_in_child)
 
 
 _EXPANDERS = threading.local()

@@ -298,7 +298,8 @@ def test_combine_raises_what_a_piece_raised_in_any_thread(monkeypatch: pytest.Mo
 
 
 def test_combine_pool_is_remade_in_a_forked_child() -> None:
-    """A forked child's copy of the pool has no threads: combine must not wait on it forever."""
+    """A forked child's copy of the pool has no threads: the child starts without pools (and combines
+    correctly, also because the caller takes every piece no thread claimed)."""
     import multiprocessing
 
     ex = MaskExpander(1 << 17, 40)
@@ -306,17 +307,21 @@ def test_combine_pool_is_remade_in_a_forked_child() -> None:
     ex.combine(ex.zeros(), keys, workers=2)  # the parent's pool now exists
     ctx = multiprocessing.get_context("fork")
     with ctx.Pool(1) as pool:
-        child = pool.apply_async(_combine_in_child, (keys,)).get(timeout=20)
+        pools_at_start, child = pool.apply_async(_combine_in_child, (keys,)).get(timeout=20)
+    assert pools_at_start == 0
     ref = ex.zeros()
     ex.combine(ref, keys, workers=1)
     assert np.array_equal(child, ref)
 
 
-def _combine_in_child(keys: list[bytes]) -> np.ndarray:
+def _combine_in_child(keys: list[bytes]) -> tuple[int, np.ndarray]:
+    import securefgl.protocols._prg as prg
+
+    pools_at_start = len(prg._POOLS)
     ex = MaskExpander(1 << 17, 40)
     acc = ex.zeros()
     ex.combine(acc, keys, workers=2)
-    return acc
+    return pools_at_start, acc
 
 
 def test_keystream_chunks_concatenate() -> None:
