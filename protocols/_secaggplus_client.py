@@ -205,6 +205,11 @@ class SecAggPlusClient(UseLifecycle):
             Stage.MASKED_INPUT.value: (UnmaskRequest, Stage.UNMASKING.value),
             Stage.UNMASKING.value: (DeliverRequest, Stage.DELIVER.value),
         }
+        if self._resumed is not None and self.config.optimistic_uses:  # resume (the input), [deliver]
+            return {
+                "start": (ResumeRequest, Stage.RESUME.value),
+                Stage.RESUME.value: (DeliverRequest, Stage.DELIVER.value),
+            }
         if self._resumed is not None:  # resume (the input goes with it), [consistency], unmask, [deliver]
             unmask = (ResumedUnmaskRequest, Stage.UNMASKING.value)
             order = {
@@ -355,7 +360,7 @@ class SecAggPlusClient(UseLifecycle):
             raise self._fail(
                 ThresholdError, f"the designated recipient {self.recipient} is not in the session", ph
             )
-        sid = session_id_for(s.request, req.keys, self.context)
+        sid = session_id_for(s.request, req.keys, self.context, optimistic=self.config.optimistic_uses)
         graph = session_graph(sid, ids, s.params.degree)
         nbrs = graph.neighbours(self.party_id)
         if len(nbrs) < t:
@@ -463,7 +468,9 @@ class SecAggPlusClient(UseLifecycle):
                 ph,
             )
         t1 = time.perf_counter()
-        y = self._masked_vector(sorted(s.seed_shares), ph)  # the (U2) neighbours whose shares authenticated
+        y = self._masked_vector(
+            sorted(s.seed_shares), ph, True
+        )  # the (U2) neighbours whose shares authenticated
         t3 = time.perf_counter()
         s.senders = tuple(sorted(senders))
         s.complaints = tuple(sorted(complaints))
@@ -474,9 +481,10 @@ class SecAggPlusClient(UseLifecycle):
         self.step_seconds.update(decrypt=t1 - t0, message=time.perf_counter() - t3)
         return reply
 
-    def _masked_vector(self, masked_with: list[int], ph: str) -> np.ndarray:
-        """This client's input, encoded and masked in place: self mask, pairwise masks with ``masked_with``
-        (recorded as ``state.masked_with``) and, with a designated recipient, its pad."""
+    def _masked_vector(self, masked_with: list[int], ph: str, self_mask: bool) -> np.ndarray:
+        """This client's input, encoded and masked in place: self mask (unless an optimistic use has none),
+        pairwise masks with ``masked_with`` (recorded as ``state.masked_with``) and, with a designated
+        recipient, its pad."""
         s = self.state
         if self._contribution is None:  # pragma: no cover - guarded by the stage machine
             raise self._fail(StageOrderError, "input already sent", ph)
@@ -492,7 +500,8 @@ class SecAggPlusClient(UseLifecycle):
         self._contribution = None
         y[self.layout.offset :] = self.layout.encode(clips)
         t2 = time.perf_counter()
-        plus = [s.self_mask_key] + [s.mask_keys[v] for v in masked_with if v > self.party_id]
+        plus = [s.self_mask_key] if self_mask else []
+        plus += [s.mask_keys[v] for v in masked_with if v > self.party_id]
         minus = [s.mask_keys[v] for v in masked_with if v < self.party_id]
         if self.recipient is not None:
             assert s.channel_sk is not None
@@ -506,7 +515,7 @@ class SecAggPlusClient(UseLifecycle):
         expander.reduce(y)
         s.masked_with = tuple(masked_with)
         self.step_seconds.update(encode=t2 - t1, mask=time.perf_counter() - t2)
-        self.step_seconds["expansions"] = float(len(masked_with) + 1 + (self.recipient is not None))
+        self.step_seconds["expansions"] = float(len(plus) + len(minus))
         return y
 
     def _consistency_check(self, req: ConsistencyRequest) -> ConsistencySignature:

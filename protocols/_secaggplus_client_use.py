@@ -20,7 +20,7 @@ from securefgl.protocols._channel import PeerChannel
 from securefgl.protocols._harary import GraphParameters
 from securefgl.protocols._prg import KEY_BYTES, RandomSource
 from securefgl.protocols._secaggplus_params import SecAggPlusConfig, Stage
-from securefgl.protocols._secaggplus_resume import ClientSession, ResumedInput, use_id_for
+from securefgl.protocols._secaggplus_resume import ClientSession, OptimisticInput, ResumedInput, use_id_for
 from securefgl.protocols._secaggplus_session import (
     SHARE_PLAINTEXT,
     ClipLayout,
@@ -82,8 +82,8 @@ class UseLifecycle:
     _random: RandomSource
     _contribution: object | None
     layout: ClipLayout
-    #: The subclass's encoder and masker: ``(masked_with, phase) -> masked vector``.
-    _masked_vector: Callable[[list[int], str], np.ndarray]
+    #: The subclass's encoder and masker: ``(masked_with, phase, self_mask) -> masked vector``.
+    _masked_vector: Callable[[list[int], str, bool], np.ndarray]
 
     def _fail(self, cls: type[ProtocolError], message: str, phase: str) -> ProtocolError:
         return cls(message, party=self.party_id, phase=phase)
@@ -107,10 +107,11 @@ class UseLifecycle:
             mism.append(f"recipient {req.recipient} != {self.recipient}")
         return mism
 
-    def _resume(self, req: ResumeRequest) -> ResumedInput:
+    def _resume(self, req: ResumeRequest) -> ResumedInput | OptimisticInput:
         """Open the next use of the session: check the use counter and the parameters, derive this use's
         keys from the kept secrets, share a fresh self-mask seed and send the input masked with every
-        neighbour (see :mod:`._secaggplus_resume`)."""
+        neighbour; in an optimistic use, send the input masked with every neighbour and nothing else (see
+        :mod:`._secaggplus_resume`)."""
         ph = Stage.RESUME.value
         kept = self._resumed
         assert kept is not None
@@ -137,6 +138,14 @@ class UseLifecycle:
         s.key_shares = {v: a.copy() for v, a in kept.key_shares.items()}
         r = s.round_index
         s.mask_keys = pair_keys(s.mask_prk, uid, r, self.party_id)
+        neighbours = [v for v in s.neighbours if v != self.party_id]
+        if self.config.optimistic_uses:
+            y = self._masked_vector(neighbours, ph, False)
+            s.stage = ph
+            self._continues = s.use + 1 < self.config.session_uses  # nothing of this use is ever revealed
+            if self.recipient != self.party_id:
+                self._finish_use()
+            return OptimisticInput(session_id=uid, ring_bits=self.schema.ring_bits, vector=y)
         s.seed = bytearray(self._random(KEY_BYTES))
         s.self_mask_key = self_key(s.seed, uid, r, self.party_id)
         position = {c: i + 1 for i, c in enumerate(kept.request.invited)}
@@ -152,7 +161,7 @@ class UseLifecycle:
             plain = SHARE_PLAINTEXT.pack(self.party_id, v) + shares[i].astype("<u4").tobytes()
             envelopes.append((v, s.channels[v].seal(plain, bind=uid)))
         wipe(shares)
-        y = self._masked_vector([v for v in s.neighbours if v != self.party_id], ph)
+        y = self._masked_vector(neighbours, ph, True)
         s.stage = ph
         return ResumedInput(
             session_id=uid,
@@ -166,8 +175,12 @@ class UseLifecycle:
         """Keep what the next use of the session needs (if it may have one), wipe the rest."""
         s = self.state
         if self._continues:
-            assert s.request is not None and s.params is not None and s.own_shares is not None
             previous = self._resumed
+            # an optimistic use shares no seed: the own key share is the kept one
+            own = s.own_shares[1] if s.own_shares is not None else None
+            if own is None and previous is not None:
+                own = previous.own_key_share
+            assert s.request is not None and s.params is not None and own is not None
             self.session = ClientSession(
                 party_id=self.party_id,
                 session_id=previous.session_id if previous is not None else s.session_id,
@@ -180,7 +193,7 @@ class UseLifecycle:
                 channels=dict(s.channels),
                 mask_prk=dict(s.mask_prk),
                 key_shares={v: a.copy() for v, a in s.key_shares.items()},
-                own_key_share=s.own_shares[1].copy(),
+                own_key_share=own.copy(),
             )
         self._wipe()
         s.stage = "done"

@@ -38,12 +38,17 @@ class Stage(enum.StrEnum):
     DELIVER = "deliver"
 
     @classmethod
-    def ordered(cls, *, recipient: bool, consistency: bool = False, resumed: bool = False) -> tuple[str, ...]:
+    def ordered(
+        cls, *, recipient: bool, consistency: bool = False, resumed: bool = False, optimistic: bool = False
+    ) -> tuple[str, ...]:
         """Stage names in order; ``consistency_check`` only with the consistency round, ``deliver``
         only in designated-recipient mode; a resumed use of a session (``resumed``) opens with
         ``resume`` (answered with the seed shares and the masked input) in place of ``advertise_keys``,
-        ``share_keys`` and ``masked_input``."""
+        ``share_keys`` and ``masked_input``; an optimistic resumed use (``optimistic``) is ``resume`` alone
+        (then ``deliver``): nothing is unmasked."""
         skip = {cls.ADVERTISE_KEYS, cls.SHARE_KEYS, cls.MASKED_INPUT} if resumed else {cls.RESUME}
+        if resumed and optimistic:
+            skip |= {cls.CONSISTENCY_CHECK, cls.UNMASKING}
         if not consistency:
             skip.add(cls.CONSISTENCY_CHECK)
         if not recipient:
@@ -93,6 +98,11 @@ class SecAggPlusConfig:
             completed with every client alive is resumed for the next sum over the same clients: fresh
             per-use mask keys and self-mask seeds, no new key pairs, exchanges or mask-key shares. Any
             dropout ends it. (default: ``1``)
+        optimistic_uses: resumed uses (not use 0, the key agreement) are *optimistic*: every client masks its
+            input with its session neighbours only, with no self mask and no seed shares, and the server
+            releases the sum of all members at once, one round trip a use; a missing or rejected input aborts
+            the use (nothing is revealed: no share of anything is ever sent in such a use). Needs
+            ``session_uses`` above 1 (:mod:`~securefgl.protocols._secaggplus_resume`). (default: ``False``)
     """
 
     graph: Literal["harary", "complete"] = "harary"
@@ -109,6 +119,7 @@ class SecAggPlusConfig:
     insecure_low_threshold: bool = False
     min_contributors: int = DEFAULT_MIN_CONTRIBUTORS
     session_uses: int = 1
+    optimistic_uses: bool = False
 
     @property
     def consistency(self) -> bool:
@@ -170,6 +181,13 @@ class SecAggPlusConfig:
         ):
             raise ConfigError(
                 f"session_uses must be an integer >= 1 (1: a key agreement per sum), got {self.session_uses!r}"
+            )
+        if not isinstance(self.optimistic_uses, bool):
+            raise ConfigError(f"optimistic_uses must be a bool, got {self.optimistic_uses!r}")
+        if self.optimistic_uses and self.session_uses < 2:
+            raise ConfigError(
+                f"optimistic_uses applies to resumed uses of a session: it needs session_uses >= 2, got "
+                f"session_uses={self.session_uses}"
             )
         if not isinstance(self.insecure_low_threshold, bool):
             raise ConfigError(f"insecure_low_threshold must be a bool, got {self.insecure_low_threshold!r}")

@@ -73,6 +73,7 @@ from securefgl.protocols.messages import AdvertiseRequest, Message, ResumeReques
 __all__ = [
     "SEED_SHARE_BYTES",
     "ClientSession",
+    "OptimisticInput",
     "ResumedInput",
     "ResumedUnmaskRequest",
     "ServerSession",
@@ -104,6 +105,23 @@ class ResumedInput(Message):
         "session_id": _BYTES32,
         "seed_commitment": _BYTES32,
         "envelopes": Envelopes(),
+        "ring_bits": Int(U8, 64),
+        "vector": RingVector(),
+    }
+
+
+@dataclass(frozen=True, eq=False)
+class OptimisticInput(Message):
+    """Client -> server, stage ``resume`` of an optimistic use (``optimistic_uses``): the use id it computed
+    and its vector masked with every neighbour of the session, without a self mask and without seed shares."""
+
+    TYPE: ClassVar[int] = 13
+    STAGE: ClassVar[str] = "resume"
+    session_id: bytes
+    ring_bits: int
+    vector: np.ndarray
+    FIELDS: ClassVar[dict[str, Field]] = {
+        "session_id": _BYTES32,
         "ring_bits": Int(U8, 64),
         "vector": RingVector(),
     }

@@ -10,6 +10,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from securefgl.errors import (
     ConfigError,
     InconsistentViewError,
@@ -31,7 +33,12 @@ from securefgl.protocols._identity import IdentityDirectory, advertise_statement
 from securefgl.protocols._prg import expander_for
 from securefgl.protocols._release import refuse_small_sum
 from securefgl.protocols._secaggplus_params import SecAggPlusConfig, Stage, resolve_graph
-from securefgl.protocols._secaggplus_resume import ResumedInput, ResumedUnmaskRequest, ServerSession
+from securefgl.protocols._secaggplus_resume import (
+    OptimisticInput,
+    ResumedInput,
+    ResumedUnmaskRequest,
+    ServerSession,
+)
 from securefgl.protocols._secaggplus_session import (
     ClipLayout,
     key_is_usable,
@@ -113,8 +120,13 @@ class SecAggPlusServer(Reconstruction):
         self.recipient = recipient
         self.round_index = int(round_index)
         self.workers = max(1, int(workers))
+        #: Whether this sum is an optimistic resumed use (one round trip, all members or nothing).
+        self.optimistic = session is not None and config.optimistic_uses
         self.stages = Stage.ordered(
-            recipient=recipient is not None, consistency=config.consistency, resumed=session is not None
+            recipient=recipient is not None,
+            consistency=config.consistency,
+            resumed=session is not None,
+            optimistic=self.optimistic,
         )
         self.session = session
         if session is not None and (
@@ -315,7 +327,7 @@ class SecAggPlusServer(Reconstruction):
         self.state.graph = session_graph(self.state.session_id, self.state.u1, self.params.degree)
         return self._accept_shares(got, ph)
 
-    def _after_resume(self, replies: Sequence[tuple[int, bytes]]) -> Outgoing:
+    def _after_resume(self, replies: Sequence[tuple[int, bytes]]) -> Outgoing | None:
         """A resumed use: the session's keys and graph; this use's id, seed commitments, seed shares (relayed
         with the unmask requests) and masked inputs, each masked with all the client's neighbours, so a member
         that sent nothing is dropped *after* sharing: its neighbours' pairwise masks with it are removed with
@@ -326,6 +338,8 @@ class SecAggPlusServer(Reconstruction):
         st.keys, st.key_signatures = dict(session.keys), dict(session.key_signatures)
         st.u1, st.graph = session.members, session.graph
         running = RunningSum(self.layout.length, self.schema.ring_bits)
+        if self.optimistic:
+            return self._after_optimistic_input(replies, running)
         got = self._collect(ph, replies, ResumedInput, set(st.u1), on_decoded=running.add)
         st.session_id = self._vote(got, ph)
         accepted: dict[int, ResumedInput] = {}
@@ -357,6 +371,39 @@ class SecAggPlusServer(Reconstruction):
                     st.envelopes.setdefault(d, {})[c] = blob
         return self._after_inputs(running, ph)
 
+    def _after_optimistic_input(
+        self, replies: Sequence[tuple[int, bytes]], running: RunningSum
+    ) -> Outgoing | None:
+        """An optimistic use: every member's input, masked with all its neighbours and nothing else, so the
+        sum of all of them is the sum of the inputs; any member missing (or rejected) aborts the use, as its
+        neighbours' masks with it cannot be removed without revealing its keys. Nothing is asked of anyone."""
+        ph = Stage.RESUME.value
+        st = self.state
+        assert st.graph is not None
+        got = self._collect(ph, replies, OptimisticInput, set(st.u1), on_decoded=running.add)
+        st.session_id = self._vote(got, ph)
+        accepted = tuple(c for c in sorted(got) if self._vector_ok(c, got[c], ph))
+        st.u2 = st.u3 = accepted
+        st.dead = tuple(c for c in st.u1 if c not in got)
+        missing = [c for c in st.u1 if c not in accepted]
+        if missing:
+            raise ThresholdError(
+                f"optimistic use: no valid input from client(s) {missing[:10]}; a use without self masks "
+                "releases the sum of every member or nothing, so it is aborted and nothing is revealed (the next "
+                "sum agrees on fresh keys)",
+                party=SERVER,
+                phase=ph,
+            )
+        for c in accepted:
+            st.masked_with[c] = frozenset(st.graph.neighbours(c)) - {c}
+        refuse_small_sum(
+            len(accepted), self.config.min_contributors, self.schema.min_contributors, ph, SERVER
+        )
+        total = running.total_of(accepted)
+        expander_for(self.layout.length, self.schema.ring_bits, algorithm=self.config.prg).reduce(total)
+        st.total = total
+        return self._release(total, ph)
+
     def next_session(self) -> ServerSession | None:
         """The session to resume for the next sum over the same clients, or ``None`` when it must end: the
         last use allowed, or anything short of every member completing this use (a dropout, exclusion,
@@ -370,7 +417,7 @@ class SecAggPlusServer(Reconstruction):
             return None
         if not use + 1 < self.config.session_uses or st.graph is None:
             return None
-        answered = set(st.u4) if self.config.consistency else set(st.u3)
+        answered = set(st.u4) if self.config.consistency and not self.optimistic else set(st.u3)
         if answered != set(self.invited):
             return None
         return ServerSession(
@@ -661,6 +708,10 @@ class SecAggPlusServer(Reconstruction):
             "total_cpu": c3 - c0,
             "expansions": float(len(self.state.u3) + sum(len(self._masked_with_dead(v)) for v in keys)),
         }
+        return self._release(total, ph)
+
+    def _release(self, total: np.ndarray, ph: str) -> Outgoing | None:
+        """The unmasked sum: released to the server, or sent to the designated recipient (still padded)."""
         if self.recipient is None:
             self.state.result = release_ring(
                 self.schema, self.layout, total, len(self.state.u3), ph, self.config.min_contributors

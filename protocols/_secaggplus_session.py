@@ -107,10 +107,19 @@ def _lp(b: bytes) -> bytes:
 
 
 def session_id_for(
-    request: AdvertiseRequest, keys: Sequence[tuple[int, bytes, bytes]], context: bytes
+    request: AdvertiseRequest,
+    keys: Sequence[tuple[int, bytes, bytes]],
+    context: bytes,
+    *,
+    optimistic: bool = False,
 ) -> bytes:
-    """The session id: SHA-256 of the public parameters, the context digest and every advertised key."""
-    h = hashlib.sha256(_DOMAIN + b"/session")
+    """The session id: SHA-256 of the public parameters, the context digest and every advertised key.
+
+    A session whose resumed uses are optimistic (``optimistic_uses``) has another domain, so clients
+    configured differently compute different ids and never share a session: a member that sent an input
+    without a self mask must never have peers that would answer a request for its mask-key shares.
+    """
+    h = hashlib.sha256(_DOMAIN + (b"/session/optimistic-uses" if optimistic else b"/session"))
     h.update(_lp(request.to_bytes()))
     h.update(hashlib.sha256(bytes(context)).digest())
     h.update(struct.pack(">I", len(keys)))

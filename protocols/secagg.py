@@ -39,7 +39,8 @@ class SecAgg(SecAggPlus):
             threshold only). (default: ``0.0``)
         adversary: ``"curious"`` or ``"semi-malicious"`` (the latter needs :math:`t > (n + \\gamma n)/2`).
         prg, record_views, workers, rng, interceptor, consistency_check, insecure_low_threshold,
-            min_contributors, identities, identity_keys, insecure_seed, session_uses: as :class:`SecAggPlus`.
+            min_contributors, identities, identity_keys, insecure_seed, session_uses, optimistic_uses: as
+            :class:`SecAggPlus`.
             A threshold at or below :math:`n/2` is refused unless ``insecure_low_threshold=True``.
 
     Security:
@@ -70,6 +71,7 @@ class SecAgg(SecAggPlus):
         identity_keys: Mapping[int, Ed25519PrivateKey] | None = None,
         insecure_seed: bytes | int | None = None,
         session_uses: int = 1,
+        optimistic_uses: bool = False,
     ) -> None:
         super().__init__(
             graph="complete",
@@ -89,4 +91,5 @@ class SecAgg(SecAggPlus):
             identity_keys=identity_keys,
             insecure_seed=insecure_seed,
             session_uses=session_uses,
+            optimistic_uses=optimistic_uses,
         )

@@ -163,7 +163,7 @@ class SecAggPlus(Protocol):
             server's mask removal and a designated recipient's pads (default: the CPU count, at most 8).
         rng: generator used only to resolve ``"any"`` entries of a dropout plan (default: OS-seeded).
         interceptor: fault-injection hook of the router (tests: garble, drop, replay, duplicate).
-        consistency_check, insecure_low_threshold, min_contributors, session_uses: see
+        consistency_check, insecure_low_threshold, min_contributors, session_uses, optimistic_uses: see
             :class:`SecAggPlusConfig`
             (the consistency round is on by default exactly when ``adversary="semi-malicious"``; a sum
             of fewer than ``min_contributors`` inputs, default 2, is never unmasked).
@@ -223,6 +223,7 @@ class SecAggPlus(Protocol):
         identity_keys: Mapping[int, Ed25519PrivateKey] | None = None,
         insecure_seed: bytes | int | None = None,
         session_uses: int = 1,
+        optimistic_uses: bool = False,
     ) -> None:
         self.config = SecAggPlusConfig(
             graph=graph or self._graph,
@@ -239,6 +240,7 @@ class SecAggPlus(Protocol):
             insecure_low_threshold=insecure_low_threshold,
             min_contributors=min_contributors,
             session_uses=session_uses,
+            optimistic_uses=optimistic_uses,
         )
         #: (clients, recipient) -> the session to resume next (at most :data:`_MAX_SESSIONS`, oldest dropped).
         self._sessions: OrderedDict[tuple[tuple[int, ...], int | None], _KeptSession] = OrderedDict()
@@ -416,6 +418,7 @@ class SecAggPlus(Protocol):
         )
         transcript.extra.update(
             session_use=0 if kept is None else kept.server.use + 1,
+            optimistic_use=server.optimistic,
             graph="complete" if server.params.complete else "harary",
             degree=server.params.degree,
             threshold=server.params.threshold,
