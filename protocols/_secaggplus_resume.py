@@ -44,6 +44,15 @@ Why this is as safe as a fresh session:
   server cannot show one client "all alive" while collecting a peer's key from others. The server likewise
   starts a fresh session after any dropout, exclusion or rejected reply.
 
+**Optimistic uses** (``optimistic_uses=True``): use :math:`j \ge 1` is the ``resume`` stage alone (then
+``deliver`` to a designated recipient). Each client answers with :class:`OptimisticInput`, its input masked
+with every neighbour under the use's pairwise keys and nothing else (no self mask, no seed, no shares), and
+finishes the use; the server releases the sum only if every member's input arrived (the pairwise masks then
+cancel) and aborts the use otherwise, revealing nothing: no share of anything is sent in such a use, and a
+client that sent its input answers no further request, so a lying server has no recovery to abuse. The
+session id binds the mode (:func:`~securefgl.protocols._secaggplus_session.session_id_for`), so clients
+configured differently never share a session. The price is dropout tolerance within a use.
+
 What a resumed use saves: key generation, every X25519 exchange, the mask-key sharing and two of the four
 round trips (a deployed sum costs one Flower step per round trip). What it keeps: per-use key expansion, the
 seed sharing (one Shamir secret instead of two), the masking and the unmasking. What it gives up: the
