@@ -44,7 +44,7 @@ Why this is as safe as a fresh session:
   server cannot show one client "all alive" while collecting a peer's key from others. The server likewise
   starts a fresh session after any dropout, exclusion or rejected reply.
 
-**Optimistic uses** (``optimistic_uses=True``): use :math:`j \ge 1` is the ``resume`` stage alone (then
+**Optimistic uses** (``optimistic_uses=True``): use :math:`j \\ge 1` is the ``resume`` stage alone (then
 ``deliver`` to a designated recipient). Each client answers with :class:`OptimisticInput`, its input masked
 with every neighbour under the use's pairwise keys and nothing else (no self mask, no seed, no shares), and
 finishes the use; the server releases the sum only if every member's input arrived (the pairwise masks then
