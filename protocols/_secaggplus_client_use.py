@@ -176,10 +176,9 @@ class UseLifecycle:
         s = self.state
         if self._continues:
             previous = self._resumed
-            # an optimistic use shares no seed: the own key share is the kept one
-            own = s.own_shares[1] if s.own_shares is not None else None
-            if own is None and previous is not None:
-                own = previous.own_key_share
+            # an optimistic use shares no seed, so it has no own shares: its own key share is the kept one
+            kept_share = previous.own_key_share if previous is not None else None
+            own = s.own_shares[1] if s.own_shares is not None else kept_share
             assert s.request is not None and s.params is not None and own is not None
             self.session = ClientSession(
                 party_id=self.party_id,

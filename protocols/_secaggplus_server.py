@@ -10,8 +10,6 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-import numpy as np
-
 from securefgl.errors import (
     ConfigError,
     InconsistentViewError,
@@ -42,7 +40,6 @@ from securefgl.protocols._secaggplus_resume import (
 from securefgl.protocols._secaggplus_session import (
     ClipLayout,
     key_is_usable,
-    release_ring,
     session_graph,
     wipe,
 )
@@ -58,7 +55,6 @@ from securefgl.protocols.messages import (
     Abort,
     AdvertiseKeys,
     AdvertiseRequest,
-    DeliverRequest,
     MaskedInput,
     MaskedInputRequest,
     Message,
@@ -709,21 +705,6 @@ class SecAggPlusServer(Reconstruction):
             "expansions": float(len(self.state.u3) + sum(len(self._masked_with_dead(v)) for v in keys)),
         }
         return self._release(total, ph)
-
-    def _release(self, total: np.ndarray, ph: str) -> Outgoing | None:
-        """The unmasked sum: released to the server, or sent to the designated recipient (still padded)."""
-        if self.recipient is None:
-            self.state.result = release_ring(
-                self.schema, self.layout, total, len(self.state.u3), ph, self.config.min_contributors
-            )
-            return None
-        deliver = DeliverRequest(
-            session_id=self.state.session_id,
-            survivors=self.state.u3,
-            ring_bits=self.schema.ring_bits,
-            vector=total,
-        )
-        return Outgoing(Stage.DELIVER.value, {self.recipient: deliver.to_bytes()})
 
     def _after_deliver(self, replies: Sequence[tuple[int, bytes]]) -> None:
         self.state.delivered = True

@@ -22,11 +22,19 @@ from securefgl.protocols import _shamir
 from securefgl.protocols._buffers import recycled
 from securefgl.protocols._harary import GraphParameters, SecretSharingGraph
 from securefgl.protocols._prg import expander_for, ring_dtype
-from securefgl.protocols._secaggplus_params import SecAggPlusConfig
-from securefgl.protocols._secaggplus_session import ClipLayout, commitment, pair_key, self_key, wipe
+from securefgl.protocols._secaggplus_params import SecAggPlusConfig, Stage
+from securefgl.protocols._secaggplus_session import (
+    ClipLayout,
+    commitment,
+    pair_key,
+    release_ring,
+    self_key,
+    wipe,
+)
 from securefgl.protocols.base import SERVER, Sums
 from securefgl.protocols.encoding import SumSchema
-from securefgl.protocols.messages import Unmask
+from securefgl.protocols.messages import DeliverRequest, Unmask
+from securefgl.protocols.router import Outgoing
 
 __all__ = ["MAX_HOLDER_SUBSETS", "Reconstruction", "RunningSum", "SecAggPlusServerState"]
 
@@ -86,8 +94,8 @@ MAX_HOLDER_SUBSETS = 20_000
 
 
 class Reconstruction:
-    """Mixin of :class:`~securefgl.protocols._secaggplus_server.SecAggPlusServer`: secret reconstruction and
-    mask removal."""
+    """Mixin of :class:`~securefgl.protocols._secaggplus_server.SecAggPlusServer`: secret reconstruction, mask
+    removal and the release of the unmasked sum."""
 
     params: GraphParameters
     x: dict[int, int]
@@ -97,6 +105,7 @@ class Reconstruction:
     config: SecAggPlusConfig
     round_index: int
     workers: int
+    recipient: int | None
 
     def _exclude(self, client: int, err: ProtocolError | InvalidMessage | str) -> None:
         text = err if isinstance(err, str) else f"{type(err).__name__}: {err}"
@@ -284,6 +293,21 @@ class Reconstruction:
                 (minus if v > u else plus).append(key)  # y_u holds +PRG(k_uv) when v > u: remove it
         ex = expander_for(self.layout.length, self.schema.ring_bits, algorithm=self.config.prg)
         ex.combine(total, plus, minus, workers=self.workers)
+
+    def _release(self, total: np.ndarray, ph: str) -> Outgoing | None:
+        """The unmasked sum: released to the server, or sent to the designated recipient (still padded)."""
+        if self.recipient is None:
+            self.state.result = release_ring(
+                self.schema, self.layout, total, len(self.state.u3), ph, self.config.min_contributors
+            )
+            return None
+        deliver = DeliverRequest(
+            session_id=self.state.session_id,
+            survivors=self.state.u3,
+            ring_bits=self.schema.ring_bits,
+            vector=total,
+        )
+        return Outgoing(Stage.DELIVER.value, {self.recipient: deliver.to_bytes()})
 
 
 class RunningSum:
