@@ -641,24 +641,6 @@ class SecAggPlusClient(UseLifecycle):
             self._finish_use()
         return reply
 
-    def _open_forwarded(self, envelopes: tuple[tuple[int, bytes], ...], alive: set[int], ph: str) -> None:
-        """A resumed use's seed shares, forwarded with the unmask request: exactly one per alive neighbour, each
-        authenticated (any failure: this client answers nothing, the seed keeps its other holders)."""
-        senders = [v for v, _ in envelopes]
-        if len(set(senders)) != len(senders) or set(senders) != alive:
-            raise self._fail(
-                RequestRefusedError,
-                "the forwarded seed shares are not exactly those of the alive neighbours",
-                ph,
-            )
-        for v, blob in envelopes:
-            try:
-                self.state.seed_shares[v] = self._open_share(v, blob)[0]
-            except InvalidMessage:
-                raise self._fail(
-                    InconsistentViewError, f"the seed share of neighbour {v} failed authentication", ph
-                ) from None
-
     def _deliver(self, req: DeliverRequest) -> None:
         ph = Stage.DELIVER.value
         s = self.state

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
-from securefgl.errors import InconsistentViewError, ProtocolError, RequestRefusedError
+from securefgl.errors import InconsistentViewError, InvalidMessage, ProtocolError, RequestRefusedError
 from securefgl.protocols import _shamir
 from securefgl.protocols._channel import PeerChannel
 from securefgl.protocols._harary import GraphParameters
@@ -82,6 +82,8 @@ class UseLifecycle:
     _random: RandomSource
     _contribution: object | None
     layout: ClipLayout
+    #: The subclass's share opener: ``(sender, ciphertext) -> share rows`` (raises InvalidMessage).
+    _open_share: Callable[[int, bytes], np.ndarray]
     #: The subclass's encoder and masker: ``(masked_with, phase, self_mask) -> masked vector``.
     _masked_vector: Callable[[list[int], str, bool], np.ndarray]
 
@@ -170,6 +172,24 @@ class UseLifecycle:
             ring_bits=self.schema.ring_bits,
             vector=y,
         )
+
+    def _open_forwarded(self, envelopes: tuple[tuple[int, bytes], ...], alive: set[int], ph: str) -> None:
+        """A resumed use's seed shares, forwarded with the unmask request: exactly one per alive neighbour, each
+        authenticated (any failure: this client answers nothing, the seed keeps its other holders)."""
+        senders = [v for v, _ in envelopes]
+        if len(set(senders)) != len(senders) or set(senders) != alive:
+            raise self._fail(
+                RequestRefusedError,
+                "the forwarded seed shares are not exactly those of the alive neighbours",
+                ph,
+            )
+        for v, blob in envelopes:
+            try:
+                self.state.seed_shares[v] = self._open_share(v, blob)[0]
+            except InvalidMessage:
+                raise self._fail(
+                    InconsistentViewError, f"the seed share of neighbour {v} failed authentication", ph
+                ) from None
 
     def _finish_use(self) -> None:
         """Keep what the next use of the session needs (if it may have one), wipe the rest."""
