@@ -9,8 +9,9 @@ bytes per client (protocol messages and broadcast), and whether the final metric
 deployed under ``plaintext`` on the same federation gives the baseline of the issue's target (the deployed secagg+
 round at most 1.5x the deployed plaintext one; ``--no-plaintext`` skips it). ``--resumed`` adds the secagg+ job
 with resumed sessions (``protocol.options.session_uses``: one key agreement per sum key, then 2 steps a sum
-instead of 4) on the same federation, and its ratio to the plaintext round; with ``--rounds 4`` or more also the
-steady round of each (the median of the rounds after the two that agree on keys and before the last, which carries
+instead of 4) on the same federation, and its ratio to the plaintext round; ``--optimistic`` adds it with
+``protocol.options.optimistic_uses`` too (one step a sum after key agreement, plaintext's count; a dropout aborts
+that sum and the next agrees on fresh keys); with ``--rounds 4`` or more also the steady round of each (the median of the rounds after the two that agree on keys and before the last, which carries
 the final evaluation) and their ratio.
 
 Usage::
@@ -18,6 +19,7 @@ Usage::
     python benchmarks/deploy.py --clients 5 --rounds 2          # one size, quick
     python benchmarks/deploy.py --clients 5,10,20 --rounds 3    # the issue's sizes
     python benchmarks/deploy.py --clients 5 --rounds 4 --no-flower-ref --resumed
+    python benchmarks/deploy.py --clients 5 --rounds 6 --no-flower-ref --resumed --optimistic
 
 Flower starts a ClientApp process per message and a SuperNode polls every few seconds when idle, so the deployed
 round is dominated by Flower's per-message latency on a small or busy machine. ``--launches warm`` (the default,
@@ -113,17 +115,17 @@ def measure(args: argparse.Namespace, clients: int, work: Path) -> dict[str, Any
                 ref["deployed_plaintext_round_s"] = round(_per_round(plain["rounds"]), 3)
                 if (steady := _steady(plain["rounds"])) is not None:
                     ref["deployed_plaintext_steady_round_s"] = round(steady, 3)
-        if args.resumed:  # the same secagg+ job, every sum after a key agreement resuming its session
-            cfg_res = _config(args, clients, work / "dep-resumed", session_uses=1_000_000)
-            res = _deployed(fed, args, cfg_res, work / "dep-resumed")
+        for variant, options in _variants(args):  # the secagg+ job resuming sessions after key agreement
+            out = work / f"dep-{variant}"
+            res = _deployed(fed, args, _config(args, clients, out, **options), out)
             if isinstance(res, str):
-                ref["deployed_resumed_status"] = res  # type: ignore[assignment]
-            else:
-                ref["deployed_resumed_round_s"] = round(_per_round(res["rounds"]), 3)
-                if (steady := _steady(res["rounds"])) is not None:
-                    ref["deployed_resumed_steady_round_s"] = round(steady, 3)
-                sim_final = json.loads((work / "sim" / "metrics.json").read_text())["seeds"][0]["final"]
-                ref["resumed_bit_identical"] = res["final"]["overall"] == sim_final["overall"]  # type: ignore[assignment]
+                ref[f"deployed_{variant}_status"] = res  # type: ignore[assignment]
+                continue
+            ref[f"deployed_{variant}_round_s"] = round(_per_round(res["rounds"]), 3)
+            if (steady := _steady(res["rounds"])) is not None:
+                ref[f"deployed_{variant}_steady_round_s"] = round(steady, 3)
+            sim_final = json.loads((work / "sim" / "metrics.json").read_text())["seeds"][0]["final"]
+            ref[f"{variant}_bit_identical"] = res["final"]["overall"] == sim_final["overall"]  # type: ignore[assignment]
         if not args.no_flower_ref:
             ref.update(_flower_reference(fed, args, clients, _payload(cfg_dep), work))
     dep = json.loads((work / "dep" / "metrics.json").read_text())
@@ -132,14 +134,15 @@ def measure(args: argparse.Namespace, clients: int, work: Path) -> dict[str, Any
     sim_round, dep_round = _per_round(sim["seeds"][0]["rounds"]), _per_round(dep["seeds"][0]["rounds"])
     if "deployed_plaintext_round_s" in ref:
         ref["secagg+_over_plaintext_deployed"] = round(dep_round / ref["deployed_plaintext_round_s"], 2)
-        if "deployed_resumed_round_s" in ref:
-            ref["resumed_over_plaintext_deployed"] = round(
-                ref["deployed_resumed_round_s"] / ref["deployed_plaintext_round_s"], 2
-            )
-        if "deployed_resumed_steady_round_s" in ref and "deployed_plaintext_steady_round_s" in ref:
-            ref["resumed_over_plaintext_steady"] = round(
-                ref["deployed_resumed_steady_round_s"] / ref["deployed_plaintext_steady_round_s"], 2
-            )
+        for variant, _ in _variants(args):
+            if f"deployed_{variant}_round_s" in ref:
+                ref[f"{variant}_over_plaintext_deployed"] = round(
+                    ref[f"deployed_{variant}_round_s"] / ref["deployed_plaintext_round_s"], 2
+                )
+            if f"deployed_{variant}_steady_round_s" in ref and "deployed_plaintext_steady_round_s" in ref:
+                ref[f"{variant}_over_plaintext_steady"] = round(
+                    ref[f"deployed_{variant}_steady_round_s"] / ref["deployed_plaintext_steady_round_s"], 2
+                )
     return {
         "clients": clients,
         "warm_clientapps": args.warm,
@@ -153,6 +156,16 @@ def measure(args: argparse.Namespace, clients: int, work: Path) -> dict[str, Any
         "bit_identical": dep["seeds"][0]["final"]["overall"] == sim["seeds"][0]["final"]["overall"],
         **ref,
     }
+
+
+def _variants(args: argparse.Namespace) -> list[tuple[str, dict[str, Any]]]:
+    """The resumed-session variants of the secagg+ job that ``--resumed`` and ``--optimistic`` ask for."""
+    variants: list[tuple[str, dict[str, Any]]] = []
+    if args.resumed:
+        variants.append(("resumed", {"session_uses": 1_000_000}))
+    if args.optimistic:
+        variants.append(("optimistic", {"session_uses": 1_000_000, "optimistic_uses": True}))
+    return variants
 
 
 def _deployed(
@@ -217,6 +230,12 @@ def main() -> None:
         "--resumed",
         action="store_true",
         help="also deploy the secagg+ job with resumed sessions (session_uses)",
+    )
+    p.add_argument(
+        "--optimistic",
+        action="store_true",
+        help="also deploy the secagg+ job with optimistic resumed uses (session_uses + optimistic_uses: one step "
+        "a sum after key agreement, all members or nothing)",
     )
     p.add_argument(
         "--launches",

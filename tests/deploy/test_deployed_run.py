@@ -92,6 +92,7 @@ class _DyingTransport(LoopbackTransport):
         self.victims, self.stage = victims, stage
         self.inputs: dict[int, dict] = {}
         self.killed = False
+        self.main_stages: list[str] = []  # the stages of sum "main" requested, in order
         for c, half in self.halves.items():
             half._stage = self._recording_stage(c, half._stage)
 
@@ -109,6 +110,8 @@ class _DyingTransport(LoopbackTransport):
         for blob in requests.values():
             req = Request.from_bytes(blob)
             stages = [s["stage"] for s in req.body.get("stages", []) if s["key"] == "main"]
+            if stages and stages[0] not in self.main_stages[-1:]:
+                self.main_stages.append(stages[0])
             if not self.killed and self.stage in stages:
                 self.down |= self.victims
                 self.killed = True
@@ -249,3 +252,38 @@ def test_resumed_sessions_cut_a_deployed_round_to_two_steps(cora_root, tmp_path)
     ref = securefgl.run(config).seeds[0]
     assert [r.metrics for r in got.rounds] == [r.metrics for r in ref.rounds]
     assert [r.loss for r in got.rounds] == [r.loss for r in ref.rounds]
+
+
+def test_optimistic_uses_cut_a_deployed_round_to_plaintexts_one_step(cora_root, tmp_path) -> None:
+    """With ``optimistic_uses``, a sum after its key agreement is one step, as in a plaintext round: the resume
+    request is answered, alongside training, with the input masked under the use's pairwise keys alone. The
+    metrics stay bit-identical to the simulation."""
+    base = _config(cora_root, clients=3, rounds=4)
+    options = {"session_uses": 100, "optimistic_uses": True}
+    config = RunConfig.from_mapping({**to_dict(base), "protocol": {"name": "secagg+", "options": options}})
+    transport = _CountingTransport(_halves(config, tmp_path))
+    got = DeployedRun(config, 0, transport).execute()
+    # hello + setup + round 1 (4) + round 2 (the evaluation sum's key agreement, 4) + rounds 3-4 (1 each)
+    # + the last round's evaluation (1) + finish
+    assert transport.exchanges == 2 + 4 + 4 + 1 + 1 + 1 + 1
+    ref = securefgl.run(config).seeds[0]
+    assert [r.metrics for r in got.rounds] == [r.metrics for r in ref.rounds]
+    assert [r.loss for r in got.rounds] == [r.loss for r in ref.rounds]
+
+
+def test_a_dropout_in_an_optimistic_use_aborts_that_sum_and_the_next_agrees_on_fresh_keys(
+    cora_root, tmp_path
+) -> None:
+    """All members or nothing: a client silent in a resumed optimistic sum aborts that round's sum with a typed
+    error and no release; the run goes on with the survivors, whose next sum agrees on keys afresh."""
+    base = _config(cora_root, clients=5, rounds=4)
+    options = {"session_uses": 100, "optimistic_uses": True}
+    config = RunConfig.from_mapping({**to_dict(base), "protocol": {"name": "secagg+", "options": options}})
+    transport = _DyingTransport(_halves(config, tmp_path), {3}, "resume")
+    run = _Recording(config, 0, transport)
+    result = run.execute()
+    assert len(result.rounds) == 4 and result.final is not None  # the run finished
+    assert 3 in result.rounds[1].dropped and "ThresholdError" in " ".join(result.rounds[1].excluded.values())
+    assert [p for p, _ in run.released] == [(0, 1, 2, 3, 4), (0, 1, 2, 4), (0, 1, 2, 4)]  # round 1: nothing
+    agreement = ["advertise_keys", "share_keys", "masked_input", "unmasking"]
+    assert transport.main_stages == [*agreement, "resume", *agreement, "resume"]  # round 2 agrees afresh
