@@ -31,12 +31,8 @@ from securefgl.protocols._identity import IdentityDirectory, advertise_statement
 from securefgl.protocols._prg import expander_for
 from securefgl.protocols._release import refuse_small_sum
 from securefgl.protocols._secaggplus_params import SecAggPlusConfig, Stage, resolve_graph
-from securefgl.protocols._secaggplus_resume import (
-    OptimisticInput,
-    ResumedInput,
-    ResumedUnmaskRequest,
-    ServerSession,
-)
+from securefgl.protocols._secaggplus_resume import ResumedInput, ServerSession
+from securefgl.protocols._secaggplus_server_use import ResumedUses
 from securefgl.protocols._secaggplus_session import (
     ClipLayout,
     key_is_usable,
@@ -45,7 +41,6 @@ from securefgl.protocols._secaggplus_session import (
 )
 from securefgl.protocols._secaggplus_unmask import (
     MAX_HOLDER_SUBSETS,
-    Reconstruction,
     RunningSum,
     SecAggPlusServerState,
 )
@@ -70,7 +65,7 @@ from securefgl.protocols.router import Outgoing
 __all__ = ["MAX_HOLDER_SUBSETS", "SecAggPlusServer", "SecAggPlusServerState"]
 
 
-class SecAggPlusServer(Reconstruction):
+class SecAggPlusServer(ResumedUses):
     """The SecAgg/SecAgg+ server: relays keys and shares, sums masked inputs, unmasks, releases.
 
     It never sees a client object, only bytes; every reply is decoded and checked, and a client that
@@ -323,109 +318,6 @@ class SecAggPlusServer(Reconstruction):
         self.state.graph = session_graph(self.state.session_id, self.state.u1, self.params.degree)
         return self._accept_shares(got, ph)
 
-    def _after_resume(self, replies: Sequence[tuple[int, bytes]]) -> Outgoing | None:
-        """A resumed use: the session's keys and graph; this use's id, seed commitments, seed shares (relayed
-        with the unmask requests) and masked inputs, each masked with all the client's neighbours, so a member
-        that sent nothing is dropped *after* sharing: its neighbours' pairwise masks with it are removed with
-        the mask-key shares they hold since use 0."""
-        ph = Stage.RESUME.value
-        st, session = self.state, self.session
-        assert session is not None
-        st.keys, st.key_signatures = dict(session.keys), dict(session.key_signatures)
-        st.u1, st.graph = session.members, session.graph
-        running = RunningSum(self.layout.length, self.schema.ring_bits)
-        if self.optimistic:
-            return self._after_optimistic_input(replies, running)
-        got = self._collect(ph, replies, ResumedInput, set(st.u1), on_decoded=running.add)
-        st.session_id = self._vote(got, ph)
-        accepted: dict[int, ResumedInput] = {}
-        for c in sorted(got):
-            msg = got[c]
-            if not self._vector_ok(c, msg, ph):
-                continue
-            want = set(st.graph.neighbours(c)) - {c}
-            dsts = [d for d, _ in msg.envelopes]
-            if len(dsts) != len(set(dsts)) or set(dsts) != want:
-                self._exclude(
-                    c,
-                    MalformedMessageError(
-                        "seed-share ciphertexts are not addressed to exactly its neighbours",
-                        party=c,
-                        phase=ph,
-                    ),
-                )
-                continue
-            accepted[c] = msg
-        st.u2 = st.u3 = tuple(sorted(accepted))
-        st.dead = tuple(c for c in st.u1 if c not in accepted)
-        for c, msg in accepted.items():
-            st.commitments[c] = msg.seed_commitment
-            st.masked_with[c] = frozenset(st.graph.neighbours(c)) - {c}
-            st.senders[c] = tuple(sorted(st.masked_with[c]))
-            for d, blob in msg.envelopes:
-                if d in accepted:
-                    st.envelopes.setdefault(d, {})[c] = blob
-        return self._after_inputs(running, ph)
-
-    def _after_optimistic_input(
-        self, replies: Sequence[tuple[int, bytes]], running: RunningSum
-    ) -> Outgoing | None:
-        """An optimistic use: every member's input, masked with all its neighbours and nothing else, so the
-        sum of all of them is the sum of the inputs; any member missing (or rejected) aborts the use, as its
-        neighbours' masks with it cannot be removed without revealing its keys. Nothing is asked of anyone."""
-        ph = Stage.RESUME.value
-        st = self.state
-        assert st.graph is not None
-        got = self._collect(ph, replies, OptimisticInput, set(st.u1), on_decoded=running.add)
-        st.session_id = self._vote(got, ph)
-        accepted = tuple(c for c in sorted(got) if self._vector_ok(c, got[c], ph))
-        st.u2 = st.u3 = accepted
-        st.dead = tuple(c for c in st.u1 if c not in got)
-        missing = [c for c in st.u1 if c not in accepted]
-        if missing:
-            raise ThresholdError(
-                f"optimistic use: no valid input from client(s) {missing[:10]}; a use without self masks "
-                "releases the sum of every member or nothing, so it is aborted and nothing is revealed (the next "
-                "sum agrees on fresh keys)",
-                party=SERVER,
-                phase=ph,
-            )
-        for c in accepted:
-            st.masked_with[c] = frozenset(st.graph.neighbours(c)) - {c}
-        refuse_small_sum(
-            len(accepted), self.config.min_contributors, self.schema.min_contributors, ph, SERVER
-        )
-        total = running.total_of(accepted)
-        expander_for(self.layout.length, self.schema.ring_bits, algorithm=self.config.prg).reduce(total)
-        st.total = total
-        return self._release(total, ph)
-
-    def next_session(self) -> ServerSession | None:
-        """The session to resume for the next sum over the same clients, or ``None`` when it must end: the
-        last use allowed, or anything short of every member completing this use (a dropout, exclusion,
-        complaint or rejected reply, after which a mask key may be known or a member may have stopped)."""
-        st = self.state
-        use = self.session.use + 1 if self.session is not None else 0
-        complete = (
-            st.result is not None or (self.recipient is not None and st.total is not None)
-        ) and st.u3 == st.u1 == self.invited
-        if not complete or st.dead or st.excluded or st.unmask_rejected or st.bad_shares:
-            return None
-        if not use + 1 < self.config.session_uses or st.graph is None:
-            return None
-        answered = set(st.u4) if self.config.consistency and not self.optimistic else set(st.u3)
-        if answered != set(self.invited):
-            return None
-        return ServerSession(
-            session_id=self.session.session_id if self.session is not None else st.session_id,
-            use=use,
-            members=self.invited,
-            keys=dict(st.keys),
-            graph=st.graph,
-            params=self.params,
-            key_signatures=dict(st.key_signatures),
-        )
-
     def _accept_shares(self, got: Mapping[int, ShareKeys], ph: str) -> Outgoing:
         """Check each client's share ciphertexts go to exactly its neighbours; relay them (stage 3)."""
         assert self.state.graph is not None
@@ -581,26 +473,6 @@ class SecAggPlusServer(Reconstruction):
                 continue
             out[u] = UnmaskRequest(session_id=self.state.session_id, alive=alive, dead=dead).to_bytes()
         return Outgoing(Stage.UNMASKING.value, out)
-
-    def _resumed_unmask(
-        self,
-        u: int,
-        alive: tuple[int, ...],
-        dead: tuple[int, ...],
-        survivors: tuple[int, ...],
-        signatures: tuple[tuple[int, bytes], ...],
-    ) -> ResumedUnmaskRequest:
-        """A resumed use's unmask request: it also forwards the seed shares ``u``'s alive neighbours sent it."""
-        sent = self.state.envelopes.get(u, {})
-        env = tuple(sorted((v, sent[v]) for v in alive if v != u))
-        return ResumedUnmaskRequest(
-            session_id=self.state.session_id,
-            alive=alive,
-            dead=dead,
-            envelopes=env,
-            survivors=survivors,
-            signatures=signatures,
-        )
 
     def _after_consistency_check(self, replies: Sequence[tuple[int, bytes]]) -> Outgoing:
         """Collect the survivors' signatures on U3; forward a quorum of them with the unmask requests."""
