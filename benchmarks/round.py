@@ -22,8 +22,9 @@ lengths and neighbour counts read from the transcripts) with raw ``cryptography`
 preallocated buffer (:func:`securefgl.benchmarking.prg_floor_seconds`), once in one thread and once with the
 vector split over as many threads as the protocol expands its masks with (``workers``: the CPU count, at most
 8). ``(plaintext + floor) / plaintext`` is the best ratio any masking protocol could reach on this machine
-with the clients run in one process, one after another, and their masks expanded on that many threads. It
-counts the self masks of the standard protocol; optimistic uses expand none (2n fewer streams per sum).
+with the clients run in one process, one after another, and their masks expanded on that many threads. Each
+configuration has its own floor, read from its own transcripts: a fresh or resumed sum counts the self masks
+(each client adds one, the server removes the survivors'), an optimistic use the pairwise masks alone.
 
 Usage::
 
@@ -65,8 +66,11 @@ def _run(
         tr = ev.transcript
         if tr is None or "degree" not in tr.extra:
             return
-        n = len(tr.survivors)
-        streams = n * (int(tr.extra["degree"]) + 1) + n  # clients: pairwise + self masks; server: self masks
+        n, degree = len(tr.survivors), int(tr.extra["degree"])
+        if tr.extra.get("optimistic_use"):
+            streams = n * degree  # pairwise masks only: no self mask to add or remove
+        else:
+            streams = n * (degree + 1) + n  # clients: pairwise + self masks; server: self masks
         length = ClipLayout(ev.schema).length
         sums.setdefault(ev.rs.global_round, []).append((streams, length, ev.schema.ring_bits))
 
@@ -116,25 +120,29 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|---|")
     for k in (int(x) for x in args.clients.split(",")):
         rows: dict[str, list[dict[str, float]]] = {name: [] for name in CONFIGS}
-        floors: list[tuple[float, float]] = []
+        floors: dict[str, list[tuple[float, float]]] = {name: [] for name in CONFIGS}
         for _ in range(args.repeats):
             for name in CONFIGS:
                 per_round, round_sums = _run(name, k, args.rounds, args.epochs)
                 rows[name] += per_round[args.warmup :]
-                if name == "secagg+":
-                    floors += [(_floor(s, 1), _floor(s, workers)) for s in round_sums[args.warmup :]]
+                if name != "plaintext":
+                    floors[name] += [(_floor(s, 1), _floor(s, workers)) for s in round_sums[args.warmup :]]
         med = {
             name: {c: statistics.median(r[c] for r in rs) for c in ("train", "crypto", "eval")}
             for name, rs in rows.items()
         }
         totals = {name: statistics.median(sum(r.values()) for r in rs) for name, rs in rows.items()}
-        f1, fw = (statistics.median(f[i] for f in floors) for i in (0, 1))
         plain = totals["plaintext"]
         for name, m in med.items():
+            floor = "-"
+            if floors[name]:
+                f1, fw = (statistics.median(f[i] for f in floors[name]) for i in (0, 1))
+                floor = f"{f1:.3f} / {fw:.3f} s | {(plain + f1) / plain:.2f}x / {(plain + fw) / plain:.2f}x"
+            else:
+                floor += " | -"
             print(
                 f"| {k} | {name} | {totals[name]:.3f} s | {m['train']:.3f} | {m['crypto']:.3f} | {m['eval']:.3f} "
-                f"| {totals[name] / plain:.2f}x | {f1:.3f} / {fw:.3f} s "
-                f"| {(plain + f1) / plain:.2f}x / {(plain + fw) / plain:.2f}x |"
+                f"| {totals[name] / plain:.2f}x | {floor} |"
             )
 
 
