@@ -3,12 +3,13 @@
 Every round of every algorithm runs small sums besides the model's (evaluation counts, validation counts, class
 counts). Their masks are short, so what they cost is the per-message work around the masking: key agreement,
 Shamir shares, AEAD, message codecs, the server's bookkeeping. This script times whole ``aggregate`` calls at
-``n`` clients for a vector of ``d`` elements, in three configurations, interleaved sum by sum so that load on a
+``n`` clients for a vector of ``d`` elements, in four configurations, interleaved sum by sum so that load on a
 shared machine hits them alike:
 
 - ``plaintext``: the server sums the encoded vectors in the clear (the baseline);
 - ``secagg+``: a fresh session per sum (four round trips, Bonawitz et al.'s protocol);
-- ``secagg+ resumed``: one key agreement, resumed for every later sum (``session_uses``).
+- ``secagg+ resumed``: one key agreement, resumed for every later sum (``session_uses``);
+- ``secagg+ optimistic``: resumed, each later sum one round trip without self masks (``optimistic_uses``).
 
 It prints the median milliseconds per sum (min-max over the sums) and the ratio to plaintext.
 
@@ -33,6 +34,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "plaintext": {"name": "plaintext"},
     "secagg+": {"name": "secagg+"},
     "secagg+ resumed": {"name": "secagg+", "session_uses": 1_000_000},
+    "secagg+ optimistic": {"name": "secagg+", "session_uses": 1_000_000, "optimistic_uses": True},
 }
 
 
