@@ -63,7 +63,12 @@ def deploy_command(
     ] = None,
     protocol: Annotated[
         str | None,
-        typer.Option(help="secagg, secagg+, ckks or plaintext, each optionally with +dp. (default: secagg)"),
+        typer.Option(
+            help="secagg, secagg+, ckks or plaintext, each optionally with +dp. (default: secagg) With --set "
+            "protocol.options.session_uses=1000 a secure round after the key agreements is 2 Flower steps (with "
+            "protocol.options.optimistic_uses=true as well, 1, plaintext's count; a dropout then aborts that "
+            "round's sum)."
+        ),
     ] = None,
     algorithm: Annotated[str | None, typer.Option(help="Algorithm. (default: fedavg)")] = None,
     dataset: Annotated[str | None, typer.Option(help="Dataset. (default: csbm)")] = None,

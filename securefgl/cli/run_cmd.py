@@ -71,7 +71,12 @@ def _build_overrides(**opts: Any) -> dict[str, Any]:
 @app.command("run")
 def run_command(
     protocol: Annotated[
-        str | None, typer.Option(help=f"Secure-sum protocol: {_names('protocol')}. (default: secagg)")
+        str | None,
+        typer.Option(
+            help=f"Secure-sum protocol: {_names('protocol')}. (default: secagg) Its options go through --set "
+            "protocol.options.NAME=VALUE, e.g. session_uses=1000 (secagg/secagg+: one key agreement resumed "
+            "by later sums) and optimistic_uses=true with it (one round trip a sum, all clients or nothing)."
+        ),
     ] = None,
     algorithm: Annotated[
         str | None, typer.Option(help=f"Algorithm: {_names('algorithm')}. (default: fedavg)")
