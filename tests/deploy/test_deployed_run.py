@@ -236,36 +236,26 @@ def test_a_round_costs_the_protocol_stages_and_nothing_more(cora_root, tmp_path,
     assert transport.exchanges == 2 + 3 * per_round + per_round + 1
 
 
-def test_resumed_sessions_cut_a_deployed_round_to_two_steps(cora_root, tmp_path) -> None:
+@pytest.mark.parametrize(
+    ("options", "steps"),
+    [({"session_uses": 100}, 2), ({"session_uses": 100, "optimistic_uses": True}, 1)],
+    ids=["resumed", "optimistic"],
+)
+def test_resumed_sessions_cut_a_deployed_round_to_two_steps_or_one(
+    cora_root, tmp_path, options, steps
+) -> None:
     """With ``session_uses``, a sum after its key agreement is two steps: the resume request (answered with the
-    seed shares and the masked input, alongside training) and unmasking. The training and evaluation sums each
-    agree on keys once (rounds 1 and 2); the metrics stay bit-identical to the simulation."""
+    seed shares and the masked input, alongside training) and unmasking; with ``optimistic_uses`` as well it is
+    one, as a plaintext round (the resume request answered with the input masked under the use's pairwise keys
+    alone). The training and evaluation sums each agree on keys once (rounds 1 and 2); the metrics stay
+    bit-identical to the simulation."""
     base = _config(cora_root, clients=3, rounds=4)
-    config = RunConfig.from_mapping(
-        {**to_dict(base), "protocol": {"name": "secagg+", "options": {"session_uses": 100}}}
-    )
-    transport = _CountingTransport(_halves(config, tmp_path))
-    got = DeployedRun(config, 0, transport).execute()
-    # hello + setup + round 1 (4) + round 2 (the evaluation sum's key agreement, 4) + rounds 3-4 (2 each)
-    # + the last round's evaluation (2) + finish
-    assert transport.exchanges == 2 + 4 + 4 + 2 + 2 + 2 + 1
-    ref = securefgl.run(config).seeds[0]
-    assert [r.metrics for r in got.rounds] == [r.metrics for r in ref.rounds]
-    assert [r.loss for r in got.rounds] == [r.loss for r in ref.rounds]
-
-
-def test_optimistic_uses_cut_a_deployed_round_to_plaintexts_one_step(cora_root, tmp_path) -> None:
-    """With ``optimistic_uses``, a sum after its key agreement is one step, as in a plaintext round: the resume
-    request is answered, alongside training, with the input masked under the use's pairwise keys alone. The
-    metrics stay bit-identical to the simulation."""
-    base = _config(cora_root, clients=3, rounds=4)
-    options = {"session_uses": 100, "optimistic_uses": True}
     config = RunConfig.from_mapping({**to_dict(base), "protocol": {"name": "secagg+", "options": options}})
     transport = _CountingTransport(_halves(config, tmp_path))
     got = DeployedRun(config, 0, transport).execute()
-    # hello + setup + round 1 (4) + round 2 (the evaluation sum's key agreement, 4) + rounds 3-4 (1 each)
-    # + the last round's evaluation (1) + finish
-    assert transport.exchanges == 2 + 4 + 4 + 1 + 1 + 1 + 1
+    # hello + setup + round 1 (4) + round 2 (the evaluation sum's key agreement, 4) + rounds 3-4 (`steps` each)
+    # + the last round's evaluation (`steps`) + finish
+    assert transport.exchanges == 2 + 4 + 4 + 3 * steps + 1
     ref = securefgl.run(config).seeds[0]
     assert [r.metrics for r in got.rounds] == [r.metrics for r in ref.rounds]
     assert [r.loss for r in got.rounds] == [r.loss for r in ref.rounds]
