@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -20,11 +20,15 @@ from scipy.special import gammaln, logsumexp
 from securefgl.errors import ConfigError, PrivacyBudgetError
 
 __all__ = [
+    "ADJACENCY",
     "DEFAULT_BETA",
     "OPACUS_DEFAULT_ALPHAS",
+    "RDP_ORDERS_ALL_INT",
     "RDP_ORDERS_INT",
     "RDP_ORDERS_Q1",
+    "SAMPLERS",
     "DDGBlock",
+    "PrivacyLedger",
     "check_delta",
     "check_sample_rate",
     "ddg_epsilon",
@@ -55,6 +59,25 @@ RDP_ORDERS_INT: tuple[float, ...] = tuple(float(a) for a in range(2, 64)) + (
     192.0,
     256.0,
 )
+#: Every integer order from 2 to the largest of :data:`RDP_ORDERS_INT` (the grid a round's RDP is tabulated on).
+RDP_ORDERS_ALL_INT = np.arange(2, int(max(RDP_ORDERS_INT)) + 1, dtype=np.float64)
+
+#: Client samplers the accountant knows, and the adjacency each analysis uses.
+SAMPLERS: tuple[str, ...] = ("server", "poisson")
+ADJACENCY: dict[str, str] = {
+    "server": "zero-out of one client's contribution (sensitivity = clip norm); no amplification",
+    "poisson": "add/remove of one client (Poisson subsampling, as Opacus's RDP accountant)",
+}
+
+
+@dataclass
+class PrivacyLedger:
+    """Accumulated privacy loss: per-round unsampled RDP, and per-client unsampled RDP."""
+
+    rounds_q1: dict[int, np.ndarray] = field(default_factory=dict)
+    rounds_int: dict[int, np.ndarray] = field(default_factory=dict)
+    clients_q1: dict[int, np.ndarray] = field(default_factory=dict)
+
 
 #: Default conditional-rounding parameter :math:`\\beta = e^{-1/2}`.
 DEFAULT_BETA = math.exp(-0.5)

@@ -80,11 +80,15 @@ import torch
 
 from securefgl.errors import ConfigError, PrivacyBudgetError, ReleaseRefusedError, UnsupportedCombinationError
 from securefgl.protocols._dp_accounting import (
+    ADJACENCY,
     DEFAULT_BETA,
     OPACUS_DEFAULT_ALPHAS,
+    RDP_ORDERS_ALL_INT,
     RDP_ORDERS_INT,
     RDP_ORDERS_Q1,
+    SAMPLERS,
     DDGBlock,
+    PrivacyLedger,
     check_delta,
     check_sample_rate,
     ddg_epsilon,
@@ -131,26 +135,6 @@ class _SchemaPlan:
     noise_multiplier: float
     round_rdp_q1: np.ndarray = field(repr=False)  # on RDP_ORDERS_Q1
     round_rdp_int: np.ndarray = field(repr=False)  # on every integer 2..256
-
-
-@dataclass
-class _Ledger:
-    """Accumulated privacy loss: per-round unsampled RDP, and per-client unsampled RDP."""
-
-    rounds_q1: dict[int, np.ndarray] = field(default_factory=dict)
-    rounds_int: dict[int, np.ndarray] = field(default_factory=dict)
-    clients_q1: dict[int, np.ndarray] = field(default_factory=dict)
-
-
-_INT_GRID = np.arange(2, int(max(RDP_ORDERS_INT)) + 1, dtype=np.float64)
-
-
-#: Client samplers the accountant knows, and the adjacency each analysis uses.
-SAMPLERS: tuple[str, ...] = ("server", "poisson")
-ADJACENCY: dict[str, str] = {
-    "server": "zero-out of one client's contribution (sensitivity = clip norm); no amplification",
-    "poisson": "add/remove of one client (Poisson subsampling, as Opacus's RDP accountant)",
-}
 
 
 class DistributedDP(Protocol):
@@ -275,7 +259,7 @@ class DistributedDP(Protocol):
         self.beta = float(beta)
         self._insecure_seed = insecure_seed
         self._plans: dict[bytes, _SchemaPlan] = {}
-        self._ledger = _Ledger()
+        self._ledger = PrivacyLedger()
         self._calls = 0
 
     @property
@@ -380,7 +364,7 @@ class DistributedDP(Protocol):
             blocks=blocks,
             noise_multiplier=z,
             round_rdp_q1=ddg_round_rdp(bl, RDP_ORDERS_Q1, min_shares=m, max_shares=schema.max_clients),
-            round_rdp_int=ddg_round_rdp(bl, _INT_GRID, min_shares=m, max_shares=schema.max_clients),
+            round_rdp_int=ddg_round_rdp(bl, RDP_ORDERS_ALL_INT, min_shares=m, max_shares=schema.max_clients),
         )
 
     def _plan_clip(self, schema: SumSchema, dp_names: tuple[str, ...]) -> dict[str, float]:
