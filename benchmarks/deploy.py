@@ -14,6 +14,9 @@ instead of 4) on the same federation, and its ratio to the plaintext round; ``--
 that sum and the next agrees on fresh keys); with ``--rounds 4`` or more also the steady round of each (the median of the rounds after the two that agree on keys and before the last, which carries
 the final evaluation) and their ratio.
 
+Each size's row is printed as JSON when it is measured, and all rows as one markdown table at the end (seconds per
+round: mean [steady], ratio to deployed plaintext: mean [steady]).
+
 Usage::
 
     python benchmarks/deploy.py --clients 5 --rounds 2          # one size, quick
@@ -255,8 +258,40 @@ def main() -> None:
                 row = measure(args, n, Path(tmp))
             rows.append(row)
             print(json.dumps(row), flush=True)
+    print(summary_table(rows))
     if args.json is not None:
         args.json.write_text(json.dumps(rows, indent=2) + "\n")
+
+
+def summary_table(rows: list[dict[str, Any]]) -> str:
+    """The rows as one markdown table: seconds per round, mean over the run [steady round, where measured], and
+    each secure configuration's ratio to the deployed plaintext round (mean [steady])."""
+
+    def cell(row: dict[str, Any], name: str) -> str:
+        mean = row.get("deployed_round_s" if name == "secagg+" else f"deployed_{name}_round_s")
+        if mean is None:
+            return str(row.get(f"deployed_{name}_status", "-"))
+        steady = row.get(f"deployed_{name}_steady_round_s")
+        ratios = [row.get(f"{name}_over_plaintext_{kind}") for kind in ("deployed", "steady")]
+        text = f"{mean:.2f}" + (f" [{steady:.2f}]" if steady is not None else "")
+        shown = [f"{r:.2f}x" for r in ratios if r is not None]
+        return text + (f" ({' ['.join(shown)}{']' if len(shown) > 1 else ''})" if shown else "")
+
+    names = ["secagg+", "plaintext", "resumed", "optimistic"]
+    head = "| clients | launches | sim | " + " | ".join(f"deployed {n}" for n in names)
+    head += " | Flower SecAgg+ | plain Flower | wire / transcript bytes | bit-identical |"
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for row in rows:
+        flower = [row.get(k) for k in ("flower_secaggplus_round_s", "flower_plain_round_s")]
+        lines.append(
+            f"| {row['clients']} | {'warm' if row['warm_clientapps'] else 'cold'} | {row['sim_round_s']:.3f} | "
+            + " | ".join(cell(row, n) for n in names)
+            + " | "
+            + " | ".join("-" if f is None else f"{f:.2f}" for f in flower)
+            + f" | {row['wire_bytes_per_client_round']:,} / {row['transcript_bytes_per_client_round']:,}"
+            + f" | {row['bit_identical']} |"
+        )
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
