@@ -113,21 +113,24 @@ def encode_real_into(
         if bound is not None and not _in_bound(xc, bound):
             return False
         yc, flc, tc, uc, upc = y[:k], fl[:k], thr[:k], u[:k], up[:k]
-        # SR(y) = sign(y) SR(|y|) in distribution; on |y| the fraction |y| - floor(|y|) is exact
+        dc = dst[i : i + k]
         np.multiply(xc, scale, out=yc)
+        # Already on the grid (grid-rounded uploads): the words truncated from y equal y, nothing to round and
+        # no bits drawn. The comparison is exact: an integral y is an integer the word holds, compared in float64.
+        np.copyto(dc, yc, casting="unsafe")
+        np.equal(dc, yc, out=upc)
+        if upc.all():
+            continue
+        # SR(y) = sign(y) SR(|y|) in distribution; on |y| the fraction |y| - floor(|y|) is exact
         np.abs(yc, out=yc)
         np.floor(yc, out=flc)
         np.subtract(yc, flc, out=yc)
-        if not yc.any():  # already on the grid (e.g. grid-rounded uploads): nothing to round, no bits drawn
-            np.copysign(flc, xc, out=flc)
-            np.copyto(dst[i : i + k], flc, casting="unsafe")
-            continue
         np.multiply(yc, two_w, out=tc, casting="unsafe")  # floor(2^w * frac)
         bits.fill(uc)
         np.less(uc, tc, out=upc)
         np.add(flc, upc, out=flc)  # exact: a fraction exists only below 2^24 (float32) / 2^53
         np.copysign(flc, xc, out=flc)
-        np.copyto(dst[i : i + k], flc, casting="unsafe")
+        np.copyto(dc, flc, casting="unsafe")
     return True
 
 
