@@ -11,8 +11,9 @@ round at most 1.5x the deployed plaintext one; ``--no-plaintext`` skips it). ``-
 with resumed sessions (``protocol.options.session_uses``: one key agreement per sum key, then 2 steps a sum
 instead of 4) on the same federation, and its ratio to the plaintext round; ``--optimistic`` adds it with
 ``protocol.options.optimistic_uses`` too (one step a sum after key agreement, plaintext's count; a dropout aborts
-that sum and the next agrees on fresh keys); with ``--rounds 4`` or more also the steady round of each (the median of the rounds after the two that agree on keys and before the last, which carries
-the final evaluation) and their ratio.
+that sum and the next agrees on fresh keys); with ``--rounds 4`` or more also the steady round of each (the median
+of the rounds after the two that agree on keys and before the last, which carries the final evaluation) and their
+ratio.
 
 Each size's row is printed as JSON when it is measured, and all rows as one markdown table at the end (seconds per
 round: mean [steady], ratio to deployed plaintext: mean [steady]).
@@ -127,8 +128,8 @@ def measure(args: argparse.Namespace, clients: int, work: Path) -> dict[str, Any
             ref[f"deployed_{variant}_round_s"] = round(_per_round(res["rounds"]), 3)
             if (steady := _steady(res["rounds"])) is not None:
                 ref[f"deployed_{variant}_steady_round_s"] = round(steady, 3)
-            sim_final = json.loads((work / "sim" / "metrics.json").read_text())["seeds"][0]["final"]
-            ref[f"{variant}_bit_identical"] = res["final"]["overall"] == sim_final["overall"]  # type: ignore[assignment]
+            same = res["final"]["overall"] == sim["seeds"][0]["final"]["overall"]
+            ref[f"{variant}_bit_identical"] = same  # type: ignore[assignment]
         if not args.no_flower_ref:
             ref.update(_flower_reference(fed, args, clients, _payload(cfg_dep), work))
     dep = json.loads((work / "dep" / "metrics.json").read_text())
@@ -272,10 +273,11 @@ def summary_table(rows: list[dict[str, Any]]) -> str:
         if mean is None:
             return str(row.get(f"deployed_{name}_status", "-"))
         steady = row.get(f"deployed_{name}_steady_round_s")
-        ratios = [row.get(f"{name}_over_plaintext_{kind}") for kind in ("deployed", "steady")]
+        ratio, steady_ratio = (row.get(f"{name}_over_plaintext_{kind}") for kind in ("deployed", "steady"))
         text = f"{mean:.2f}" + (f" [{steady:.2f}]" if steady is not None else "")
-        shown = [f"{r:.2f}x" for r in ratios if r is not None]
-        return text + (f" ({' ['.join(shown)}{']' if len(shown) > 1 else ''})" if shown else "")
+        if ratio is not None:
+            text += f" ({ratio:.2f}x" + (f" [{steady_ratio:.2f}x]" if steady_ratio is not None else "") + ")"
+        return text
 
     names = ["secagg+", "plaintext", "resumed", "optimistic"]
     head = "| clients | launches | sim | " + " | ".join(f"deployed {n}" for n in names)

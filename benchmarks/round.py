@@ -134,12 +134,10 @@ def main() -> None:
         totals = {name: statistics.median(sum(r.values()) for r in rs) for name, rs in rows.items()}
         plain = totals["plaintext"]
         for name, m in med.items():
-            floor = "-"
+            floor = "- | -"
             if floors[name]:
                 f1, fw = (statistics.median(f[i] for f in floors[name]) for i in (0, 1))
                 floor = f"{f1:.3f} / {fw:.3f} s | {(plain + f1) / plain:.2f}x / {(plain + fw) / plain:.2f}x"
-            else:
-                floor += " | -"
             print(
                 f"| {k} | {name} | {totals[name]:.3f} s | {m['train']:.3f} | {m['crypto']:.3f} | {m['eval']:.3f} "
                 f"| {totals[name] / plain:.2f}x | {floor} |"
