@@ -8,7 +8,9 @@ The runs are ``securefgl run --algorithm fedavg --dataset Cora --clients K --loc
 - ``secagg+ resumed``: one key agreement, resumed for every later sum of the run (``session_uses`` above the
   run's sums; :mod:`securefgl.protocols._secaggplus_resume`);
 - ``secagg+ optimistic``: resumed, with optimistic uses (``optimistic_uses``: after the key agreement each sum
-  is one round trip without self masks, all clients or nothing).
+  is one round trip without self masks, all clients or nothing);
+- ``secagg+ optimistic aes128``: the same with AES-128-CTR masks (``prg="aes128-ctr"``: 128-bit security, the
+  level of the X25519 key agreement, at about 1.4x AES-256's keystream rate; SECURITY.md says what it gives up).
 
 Per round (median over the rounds after ``--warmup``): the wall time split into train / crypto (the
 training sum) / eval (scoring and the evaluation sum), and the ratio to plaintext. The configurations run
@@ -23,8 +25,9 @@ preallocated buffer (:func:`securefgl.benchmarking.prg_floor_seconds`), once in 
 vector split over as many threads as the protocol expands its masks with (``workers``: the CPU count, at most
 8). ``(plaintext + floor) / plaintext`` is the best ratio any masking protocol could reach on this machine
 with the clients run in one process, one after another, and their masks expanded on that many threads. Each
-configuration has its own floor, read from its own transcripts: a fresh or resumed sum counts the self masks
-(each client adds one, the server removes the survivors'), an optimistic use the pairwise masks alone.
+configuration has its own floor, read from its own transcripts and timed with its own PRG: a fresh or resumed
+sum counts the self masks (each client adds one, the server removes the survivors'), an optimistic use the
+pairwise masks alone.
 
 Usage::
 
@@ -52,6 +55,10 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "secagg+ optimistic": {
         "name": "secagg+",
         "options": {"session_uses": 1_000_000, "optimistic_uses": True},
+    },
+    "secagg+ optimistic aes128": {
+        "name": "secagg+",
+        "options": {"session_uses": 1_000_000, "optimistic_uses": True, "prg": "aes128-ctr"},
     },
 }
 
@@ -93,9 +100,10 @@ def _run(
     return per_round, [sums.get(i, []) for i in range(len(per_round))]
 
 
-def _floor(round_sums: list[tuple[int, int, int]], threads: int) -> float:
+def _floor(round_sums: list[tuple[int, int, int]], threads: int, prg: str) -> float:
     return sum(
-        prg_floor_seconds(s, length, bits, repeats=3, threads=threads) for s, length, bits in round_sums
+        prg_floor_seconds(s, length, bits, algorithm=prg, repeats=3, threads=threads)
+        for s, length, bits in round_sums
     )
 
 
@@ -126,7 +134,10 @@ def main() -> None:
                 per_round, round_sums = _run(name, k, args.rounds, args.epochs)
                 rows[name] += per_round[args.warmup :]
                 if name != "plaintext":
-                    floors[name] += [(_floor(s, 1), _floor(s, workers)) for s in round_sums[args.warmup :]]
+                    prg = CONFIGS[name].get("options", {}).get("prg", "aes256-ctr")
+                    floors[name] += [
+                        (_floor(s, 1, prg), _floor(s, workers, prg)) for s in round_sums[args.warmup :]
+                    ]
         med = {
             name: {c: statistics.median(r[c] for r in rs) for c in ("train", "crypto", "eval")}
             for name, rs in rows.items()

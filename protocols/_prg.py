@@ -5,8 +5,12 @@
     :class:`~securefgl.protocols.SecAggPlus` unless you are building a protocol.
 
 Every mask in securefgl is the keystream of a stream cipher from ``cryptography`` (AES-256-CTR by
-default, ChaCha20 as an option) keyed by a full 256-bit key, written straight into a preallocated numpy
-buffer with ``update_into`` (the "encryptor of zeros" trick). Each key is used for exactly one stream.
+default, ChaCha20 or AES-128-CTR as options) keyed by a full 256-bit key, written straight into a
+preallocated numpy buffer with ``update_into`` (the "encryptor of zeros" trick). Each key is used for exactly
+one stream. AES-128-CTR keys the cipher with the first 128 bits of the same derived key (a truncated HKDF
+output is still pseudorandom): 128-bit security, the level of the X25519 key agreement the pairwise keys come
+from, at about 1.4x AES-256's keystream rate, but with less margin against attacks on many keys at once (see
+SECURITY.md), which is why it is not the default.
 Keys for each purpose come from HKDF-SHA256 whose ``info`` binds the protocol version, the purpose, the
 session id, the round, the ordered pair of parties and a label, so two purposes never share a stream:
 
@@ -43,6 +47,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from securefgl.errors import ConfigError
 
 __all__ = [
+    "AES128_KEY_BYTES",
     "KEY_BYTES",
     "INFO_PREFIX",
     "MAX_BLOCKS_PER_KEY",
@@ -63,15 +68,17 @@ __all__ = [
 
 #: Length of every secret, seed and derived key, in bytes (256 bits).
 KEY_BYTES = 32
+#: Bytes of a derived key that key AES-128-CTR (its first 128 bits).
+AES128_KEY_BYTES = 16
 #: Versioned domain-separation prefix of every HKDF ``info`` string.
 INFO_PREFIX = b"securefgl/protocols/v1"
 #: A key may expand at most this many cipher blocks: ChaCha20's 32-bit block counter never wraps,
 #: and AES-CTR keeps to the same bound (Google's ``AesCtrPrng`` caps a seed at 2^32 - 1 blocks).
 MAX_BLOCKS_PER_KEY = 2**32
 
-PrgAlgorithm = Literal["aes256-ctr", "chacha20"]
+PrgAlgorithm = Literal["aes256-ctr", "aes128-ctr", "chacha20"]
 PRG_ALGORITHMS: tuple[str, ...] = get_args(PrgAlgorithm)
-_BLOCK_BYTES = {"aes256-ctr": 16, "chacha20": 64}
+_BLOCK_BYTES = {"aes256-ctr": 16, "aes128-ctr": 16, "chacha20": 64}
 
 #: A source of cryptographic random bytes: ``source(n) -> n bytes``. Production code uses
 #: :func:`system_random` (the OS CSPRNG).
@@ -200,6 +207,10 @@ def derive_key(
 def _encryptor(key: bytes, algorithm: str, start_block: int) -> CipherContext:
     if algorithm == "aes256-ctr":
         return Cipher(algorithms.AES(key), modes.CTR(start_block.to_bytes(16, "big"))).encryptor()
+    if algorithm == "aes128-ctr":
+        return Cipher(
+            algorithms.AES(key[:AES128_KEY_BYTES]), modes.CTR(start_block.to_bytes(16, "big"))
+        ).encryptor()
     nonce = struct.pack("<I", start_block) + bytes(12)  # RFC 8439: 32-bit LE counter || 96-bit nonce (0)
     return Cipher(algorithms.ChaCha20(key, nonce), None).encryptor()
 
@@ -213,14 +224,14 @@ def keystream_into(
 ) -> np.ndarray:
     """Write ``out.nbytes`` bytes of keystream of ``key`` into ``out``, starting at cipher block ``start_block``.
 
-    AES-256-CTR uses a 128-bit big-endian counter block starting at ``start_block`` (NIST SP 800-38A);
-    ChaCha20 uses the RFC 8439 layout with block counter ``start_block`` and an all-zero nonce. Both are
-    safe only because each key expands exactly one stream.
+    AES-CTR uses a 128-bit big-endian counter block starting at ``start_block`` (NIST SP 800-38A; AES-128
+    is keyed by the first 16 bytes of ``key``); ChaCha20 uses the RFC 8439 layout with block counter
+    ``start_block`` and an all-zero nonce. All are safe only because each key expands exactly one stream.
 
     Args:
         key: 32-byte key (never reused across purposes: derive it with :func:`derive_key`).
         out: C-contiguous numpy array overwritten with keystream.
-        algorithm: ``"aes256-ctr"`` (default) or ``"chacha20"``.
+        algorithm: ``"aes256-ctr"`` (default), ``"aes128-ctr"`` or ``"chacha20"``.
         start_block: first cipher block (for chunked expansion).
 
     Raises:
@@ -259,7 +270,7 @@ class MaskExpander:
     Args:
         length: :math:`d`, the number of ring elements per mask.
         ring_bits: :math:`b`, from 1 to 64.
-        algorithm: ``"aes256-ctr"`` (default) or ``"chacha20"``.
+        algorithm: ``"aes256-ctr"`` (default), ``"aes128-ctr"`` or ``"chacha20"``.
 
     Shapes:
         masks and accumulators: :math:`(d,)`, dtype :attr:`dtype`.

@@ -20,7 +20,7 @@ from securefgl.protocols._harary import (
     find_graph_parameters,
     security_threshold,
 )
-from securefgl.protocols._prg import PRG_ALGORITHMS
+from securefgl.protocols._prg import PRG_ALGORITHMS, PrgAlgorithm
 from securefgl.protocols._release import DEFAULT_MIN_CONTRIBUTORS, check_min_contributors
 
 __all__ = ["SecAggPlusConfig", "Stage", "resolve_graph"]
@@ -77,7 +77,8 @@ class SecAggPlusConfig:
             (default: ``0.05``)
         adversary: ``"curious"``, ``"semi-malicious"`` or ``"none"`` (finder's threat model).
             (default: ``"curious"``)
-        prg: ``"aes256-ctr"`` or ``"chacha20"``. (default: ``"aes256-ctr"``)
+        prg: ``"aes256-ctr"``, ``"aes128-ctr"`` or ``"chacha20"`` (:mod:`~securefgl.protocols._prg`).
+            (default: ``"aes256-ctr"``)
         security_bits: :math:`\\sigma` of the finder. (default: ``40``)
         correctness_bits: :math:`\\eta` of the finder. (default: ``20``)
         complete_below: with ``graph="harary"``, use the complete graph when fewer than this many
@@ -111,7 +112,7 @@ class SecAggPlusConfig:
     dropout_rate: float = 0.1
     corrupt_rate: float = 0.05
     adversary: Literal["curious", "semi-malicious", "none"] = "curious"
-    prg: Literal["aes256-ctr", "chacha20"] = "aes256-ctr"
+    prg: PrgAlgorithm = "aes256-ctr"
     security_bits: float = 40.0
     correctness_bits: float = 20.0
     complete_below: int = 32

@@ -17,6 +17,7 @@ import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from securefgl.protocols._identity import IdentityDirectory
+from securefgl.protocols._prg import PrgAlgorithm
 from securefgl.protocols._release import DEFAULT_MIN_CONTRIBUTORS
 from securefgl.protocols.router import Interceptor
 from securefgl.protocols.secaggplus import SecAggPlus
@@ -59,7 +60,7 @@ class SecAgg(SecAggPlus):
         threshold: int | float | None = None,
         corrupt_rate: float = 0.0,
         adversary: Literal["curious", "semi-malicious", "none"] = "curious",
-        prg: Literal["aes256-ctr", "chacha20"] = "aes256-ctr",
+        prg: PrgAlgorithm = "aes256-ctr",
         record_views: bool = True,
         workers: int | None = None,
         rng: np.random.Generator | None = None,

@@ -105,7 +105,7 @@ from securefgl.errors import ConfigError, ProtocolError, ThresholdError
 from securefgl.protocols._harary import GraphParameters
 from securefgl.protocols._identity import IdentityDirectory, generate_identities
 from securefgl.protocols._parties import check_clients, client_contexts
-from securefgl.protocols._prg import InsecureDeterministicRandom, RandomSource, system_random
+from securefgl.protocols._prg import InsecureDeterministicRandom, PrgAlgorithm, RandomSource, system_random
 from securefgl.protocols._release import DEFAULT_MIN_CONTRIBUTORS
 from securefgl.protocols._rounding import RoundingBits
 from securefgl.protocols._secaggplus_client import SecAggPlusClient, SecAggPlusClientState
@@ -208,7 +208,7 @@ class SecAggPlus(Protocol):
         dropout_rate: float = 0.1,
         corrupt_rate: float = 0.05,
         adversary: Literal["curious", "semi-malicious", "none"] = "curious",
-        prg: Literal["aes256-ctr", "chacha20"] = "aes256-ctr",
+        prg: PrgAlgorithm = "aes256-ctr",
         security_bits: float = 40.0,
         correctness_bits: float = 20.0,
         complete_below: int = 32,

@@ -20,7 +20,8 @@ def _encryptor(key: bytes, algorithm: str, start_block: int = 0):  # noqa: ANN20
 
     if algorithm == "chacha20":
         return Cipher(algorithms.ChaCha20(key, struct.pack("<I", start_block) + bytes(12)), None).encryptor()
-    return Cipher(algorithms.AES(key), modes.CTR(start_block.to_bytes(16, "big"))).encryptor()
+    aes_key = key[:16] if algorithm == "aes128-ctr" else key
+    return Cipher(algorithms.AES(aes_key), modes.CTR(start_block.to_bytes(16, "big"))).encryptor()
 
 
 def prg_floor_samples(

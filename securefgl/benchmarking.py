@@ -106,7 +106,8 @@ class BenchConfig:
             randomness always comes from the OS CSPRNG. (default: ``0``)
         sections: section names to run (default: ``("protocols",)``).
         options: per-protocol constructor options, ``{name: {option: value}}``.
-        prg: PRG algorithm of floor (b): ``"aes256-ctr"`` or ``"chacha20"``. (default: AES)
+        prg: PRG algorithm of floor (b): ``"aes256-ctr"``, ``"aes128-ctr"`` or ``"chacha20"``. (default:
+            AES-256)
         consistency: also run SecAgg/SecAgg+ with the consistency round (signed key advertisements and
             survivor set, per-session Ed25519 identities) and report its cost beside each plain row.
             (default: ``True``)
@@ -135,8 +136,10 @@ class BenchConfig:
                 raise ConfigError(f"--dropout must be in [0, 1), got {f}")
         if self.repeats < 1:
             raise ConfigError(f"repeats must be >= 1, got {self.repeats}")
-        if self.prg not in ("aes256-ctr", "chacha20"):
-            raise ConfigError(f"prg must be 'aes256-ctr' or 'chacha20', got {self.prg!r}")
+        from securefgl.protocols._prg import PRG_ALGORITHMS
+
+        if self.prg not in PRG_ALGORITHMS:
+            raise ConfigError(f"prg must be one of {list(PRG_ALGORITHMS)}, got {self.prg!r}")
 
 
 #: A section: config -> rows (JSON-friendly dicts).

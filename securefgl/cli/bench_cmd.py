@@ -89,7 +89,9 @@ def protocols(
         ),
     ] = None,
     seed: Annotated[int, typer.Option(help="Seed of the random test vectors (not of any protocol key).")] = 0,
-    prg: Annotated[str, typer.Option(help="PRG of the raw floor: aes256-ctr or chacha20.")] = "aes256-ctr",
+    prg: Annotated[
+        str, typer.Option(help="PRG of the raw floor: aes256-ctr, aes128-ctr or chacha20.")
+    ] = "aes256-ctr",
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
 ) -> None:
     """Benchmark the aggregation protocols against plaintext summation and the raw PRG floor."""

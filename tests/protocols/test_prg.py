@@ -57,6 +57,21 @@ def test_aes256_ctr_nist_sp800_38a() -> None:
     assert one[16:] == two
 
 
+def test_aes128_ctr_nist_sp800_38a_keys_the_cipher_with_the_first_16_bytes() -> None:
+    (v,) = load_vectors("prg/aes128ctr_sp800_38a.json")["vectors"]
+    key = bytes.fromhex(v["key"])
+    enc = Cipher(algorithms.AES(key), modes.CTR(bytes.fromhex(v["counter"]))).encryptor()
+    assert enc.update(bytes.fromhex(v["plaintext"])).hex() == v["ciphertext"]
+    # ours: the NIST key followed by 16 bytes that must not matter, from block 0 (ECB of counters 0, 1, ...)
+    ecb = Cipher(algorithms.AES(key), modes.ECB()).encryptor()  # noqa: S305 - building CTR explicitly
+    expected = ecb.update(b"".join(i.to_bytes(16, "big") for i in range(4)))
+    for tail in (bytes(16), os.urandom(16)):
+        out = np.empty(64, dtype=np.uint8)
+        keystream_into(key + tail, out, algorithm="aes128-ctr")
+        assert out.tobytes() == expected
+    assert expected != keystream_into(key + bytes(16), np.empty(64, dtype=np.uint8)).tobytes()
+
+
 @pytest.mark.parametrize("case", range(2))
 def test_chacha20_rfc8439(case: int) -> None:
     data = load_vectors("prg/chacha20_rfc8439.json")
@@ -200,7 +215,7 @@ def test_ring_dtype_choice() -> None:
             ring_dtype(bad)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("algorithm", ["aes256-ctr", "chacha20"])
+@pytest.mark.parametrize("algorithm", ["aes256-ctr", "aes128-ctr", "chacha20"])
 @pytest.mark.parametrize("bits", [7, 20, 32, 45, 64])
 def test_masks_are_uniform_in_the_ring(algorithm: str, bits: int) -> None:
     """Chi-square of the top 4 bits of 200k mask elements, and per-bit frequencies, against uniform."""
@@ -234,7 +249,7 @@ def test_accumulate_wraps_and_reduces() -> None:
 @given(
     length=st.integers(0, 300),
     bits=st.sampled_from([7, 32, 40, 64]),
-    algorithm=st.sampled_from(["aes256-ctr", "chacha20"]),
+    algorithm=st.sampled_from(["aes256-ctr", "aes128-ctr", "chacha20"]),
     adds=st.integers(0, 4),
     subs=st.integers(0, 3),
     workers=st.integers(1, 5),
@@ -326,7 +341,7 @@ def _combine_in_child(keys: list[bytes]) -> tuple[int, np.ndarray]:
 
 def test_keystream_chunks_concatenate() -> None:
     key = os.urandom(32)
-    for alg, block in (("aes256-ctr", 16), ("chacha20", 64)):
+    for alg, block in (("aes256-ctr", 16), ("aes128-ctr", 16), ("chacha20", 64)):
         whole = np.empty(4096, dtype=np.uint8)
         keystream_into(key, whole, algorithm=alg)
         tail = np.empty(4096 - 5 * block, dtype=np.uint8)

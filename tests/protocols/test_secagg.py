@@ -235,10 +235,11 @@ def test_wide_ring_uses_64_bit_words() -> None:
     assert decode(rec.payload, MaskedInput).vector.dtype == np.uint64
 
 
-def test_chacha20_prg_gives_the_same_sum() -> None:
+@pytest.mark.parametrize("prg", ["chacha20", "aes128-ctr"])
+def test_every_prg_gives_the_same_sum(prg: str) -> None:
     schema = grid_schema()
     contrib = grid_contributions(schema, list(range(4)), seed=3)
-    sums, _ = SecAgg(prg="chacha20").aggregate(schema, contrib)
+    sums, _ = SecAgg(prg=prg).aggregate(schema, contrib)  # type: ignore[arg-type]
     assert_exact(sums, plain_sum(schema, contrib, range(4)))
 
 

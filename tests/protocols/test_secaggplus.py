@@ -289,6 +289,29 @@ def test_resolve_graph_is_what_clients_check() -> None:
     assert resolve_graph(proto.config, n) != resolve_graph(weak.config, n)
 
 
+def test_a_server_announcing_a_weaker_prg_is_refused(caplog: pytest.LogCaptureFixture) -> None:
+    """Clients configured for AES-256-CTR refuse a session whose server announces AES-128-CTR."""
+    schema, contrib = schema_and_contributions(6)
+    weaker = SecAggPlus(prg="aes128-ctr")
+    server = SecAggPlusServer(
+        schema, range(6), config=weaker.config, protocol_name=weaker.name, round_index=0, recipient=None
+    )
+    proto = SecAggPlus()
+    client = SecAggPlusClient(
+        0,
+        schema,
+        contrib[0],
+        config=proto.config,
+        protocol_name=proto.name,
+        round_index=0,
+        recipient=None,
+        context=b"",
+    )
+    reply = decode(client.handle(server.start().messages[0]))
+    assert isinstance(reply, Abort) and reply.reason == "InconsistentViewError"
+    assert "prg 'aes128-ctr' != 'aes256-ctr'" in caplog.text  # the reason stays in the client's log
+
+
 def test_server_is_single_use_and_stage_ordered() -> None:
     from securefgl.errors import StageOrderError
 
