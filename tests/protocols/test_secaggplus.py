@@ -265,49 +265,41 @@ def test_designated_recipient_on_a_harary_graph() -> None:
     assert len(g.neighbours(11)) == 7  # the recipient is a neighbour of only 6 clients, yet unpads all
 
 
-def test_resolve_graph_is_what_clients_check() -> None:
-    """A server announcing other (degree, threshold) than the clients' own config is refused."""
-    proto = SecAggPlus()
-    n = 20
+def _first_reply(server_proto: SecAggPlus, client_proto: SecAggPlus, n: int) -> Any:
+    """Client 0's decoded reply to the advertisement of a server configured as ``server_proto``."""
     schema, contrib = schema_and_contributions(n)
     server = SecAggPlusServer(
-        schema, range(n), config=proto.config, protocol_name=proto.name, round_index=0, recipient=None
+        schema,
+        range(n),
+        config=server_proto.config,
+        protocol_name=server_proto.name,
+        round_index=0,
+        recipient=None,
     )
-    weak = SecAggPlus(threshold=2, insecure_low_threshold=True)
     client = SecAggPlusClient(
         0,
         schema,
         contrib[0],
-        config=weak.config,
-        protocol_name=proto.name,
+        config=client_proto.config,
+        protocol_name=server_proto.name,
         round_index=0,
         recipient=None,
         context=b"",
     )
-    reply = decode(client.handle(server.start().messages[0]))
+    return decode(client.handle(server.start().messages[0]))
+
+
+def test_resolve_graph_is_what_clients_check() -> None:
+    """A server announcing other (degree, threshold) than the clients' own config is refused."""
+    proto, weak = SecAggPlus(), SecAggPlus(threshold=2, insecure_low_threshold=True)
+    reply = _first_reply(proto, weak, 20)
     assert isinstance(reply, Abort) and reply.reason == "InconsistentViewError"
-    assert resolve_graph(proto.config, n) != resolve_graph(weak.config, n)
+    assert resolve_graph(proto.config, 20) != resolve_graph(weak.config, 20)
 
 
 def test_a_server_announcing_a_weaker_prg_is_refused(caplog: pytest.LogCaptureFixture) -> None:
     """Clients configured for AES-256-CTR refuse a session whose server announces AES-128-CTR."""
-    schema, contrib = schema_and_contributions(6)
-    weaker = SecAggPlus(prg="aes128-ctr")
-    server = SecAggPlusServer(
-        schema, range(6), config=weaker.config, protocol_name=weaker.name, round_index=0, recipient=None
-    )
-    proto = SecAggPlus()
-    client = SecAggPlusClient(
-        0,
-        schema,
-        contrib[0],
-        config=proto.config,
-        protocol_name=proto.name,
-        round_index=0,
-        recipient=None,
-        context=b"",
-    )
-    reply = decode(client.handle(server.start().messages[0]))
+    reply = _first_reply(SecAggPlus(prg="aes128-ctr"), SecAggPlus(), 6)
     assert isinstance(reply, Abort) and reply.reason == "InconsistentViewError"
     assert "prg 'aes128-ctr' != 'aes256-ctr'" in caplog.text  # the reason stays in the client's log
 
