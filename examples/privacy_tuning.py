@@ -36,14 +36,11 @@ import json
 import math
 import random
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from privacy_utility import EPSILONS, METHODS, _config, _slug  # noqa: E402
+from securefgl.experiments.privacy_sweep import EPSILONS, METHODS, record_slug, run_config
 
 #: The searched options: shared by both methods, then GAP's own (``split``: the encoder's share of the rounds).
 SPACE: dict[str, list[Any]] = {
@@ -74,7 +71,7 @@ def space(method: str) -> dict[str, list[Any]]:
 
 def config(dataset: str, method: str, epsilon: float, hp: dict[str, Any], seeds: list[int]) -> dict[str, Any]:
     """The run configuration of ``method`` with the hyperparameters ``hp`` (privacy_utility's, overridden)."""
-    cfg = _config(dataset, method, epsilon, seeds)
+    cfg = run_config(dataset, method, epsilon, seeds)
     cfg["train"].update({"lr": hp["lr"], "rounds": hp["rounds"], "eval_every": max(1, hp["rounds"] // 5)})
     cfg["model"]["hidden"] = hp["hidden"]
     options = cfg["algorithm"]["options"]
@@ -87,7 +84,7 @@ def config(dataset: str, method: str, epsilon: float, hp: dict[str, Any], seeds:
 
 
 def _trials_path(out: Path, dataset: str, method: str) -> Path:
-    return out / "trials" / f"{_slug(dataset, method, 8.0).rsplit('_eps', 1)[0]}.jsonl"
+    return out / "trials" / f"{record_slug(dataset, method, 8.0).rsplit('_eps', 1)[0]}.jsonl"
 
 
 def load_trials(out: Path, dataset: str, method: str) -> list[dict[str, Any]]:
@@ -182,7 +179,7 @@ def evaluate(dataset: str, methods: list[str], seeds: list[int], epsilons: list[
         for eps in epsilons:
             if eps not in METHODS[TUNED[method]][3]:
                 continue
-            path = out / f"{_slug(dataset, TUNED[method], eps)}.json"
+            path = out / f"{record_slug(dataset, TUNED[method], eps)}.json"
             if path.exists():
                 continue
             t0 = time.perf_counter()
@@ -220,7 +217,7 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("--dataset", required=True)
     s.add_argument("--method", required=True, choices=sorted(TUNED))
     s.add_argument("--epsilon", type=float, default=8.0, help="the epsilon searched at (default 8)")
-    s.add_argument("--budget", type=int, default=40, help="random trials (default 40)")
+    s.add_argument("--budget", type=int, default=30, help="random trials (default 30)")
     s.add_argument("--refine", type=int, default=30, help="local refinement trials after them (default 30)")
     s.add_argument("--out", type=Path, default=Path("results/privacy_tuning"))
     e = sub.add_parser("evaluate", help="run each method's best trial at every epsilon")

@@ -12,6 +12,8 @@ One module per concept:
   parameters, run config);
 * :mod:`securefgl.experiments.claims`: FedLoG's generalisation claim, judged from per-seed result rows
   (:func:`claim_verdicts`);
+* :mod:`securefgl.experiments.privacy_sweep`: the privacy-utility sweep's methods, run configurations and
+  record names, shared by ``privacy_utility.py`` and ``privacy_tuning.py`` (standard library only);
 * :mod:`securefgl.experiments.progress`: the scripts' progress lines (rounds done, time left) through the
   engine's run hooks (:class:`~securefgl.experiments.progress.Progress`; imported by name).
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,6 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def tuning():
-    sys.path.insert(0, str(ROOT / "examples"))
     spec = importlib.util.spec_from_file_location("privacy_tuning", ROOT / "examples" / "privacy_tuning.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -93,7 +91,7 @@ def test_search_and_evaluate_write_records_the_report_reads(tuning, tmp_path: Pa
         )  # done: resumes with nothing to do
         assert len(tuning.load_trials(tmp_path, "csbm", method)) == 2
     tuning.evaluate("csbm", list(tuning.TUNED), [0], [8.0], tmp_path)
-    record = json.loads((tmp_path / f"{tuning._slug('csbm', 'GAP node tuned', 8.0)}.json").read_text())
+    record = json.loads((tmp_path / f"{tuning.record_slug('csbm', 'GAP node tuned', 8.0)}.json").read_text())
     assert record["privacy"]["unit"] == "node" and record["privacy"]["epsilon"] == pytest.approx(
         8.0, rel=0.05
     )

@@ -25,11 +25,11 @@ def sweep():
 def test_every_method_and_epsilon_is_a_valid_run_config(sweep) -> None:
     for method, (_, _, _, epsilons) in sweep.METHODS.items():
         for eps in epsilons:
-            cfg = RunConfig.from_mapping(sweep._config("Cora", method, eps, [0, 1]))
+            cfg = RunConfig.from_mapping(sweep.run_config("Cora", method, eps, [0, 1]))
             assert cfg.partition.clients == 10 and cfg.protocol.spec.base == "secagg"
-    dense = RunConfig.from_mapping(sweep._config("csbm-dense", "GAP node", 8.0, [0]))
+    dense = RunConfig.from_mapping(sweep.run_config("csbm-dense", "GAP node", 8.0, [0]))
     assert dense.dataset.name == "csbm" and dense.dataset.csbm.avg_degree == 40
-    opts = sweep._config("Cora", "GAP node residual-vote", 8.0, [0])["algorithm"]["options"]
+    opts = sweep.run_config("Cora", "GAP node residual-vote", 8.0, [0])["algorithm"]["options"]
     assert opts["classifier"] == "residual" and opts["embedding"] == "vote" and opts["privacy"] == "node"
 
 
@@ -40,7 +40,7 @@ def test_the_table_and_plot_come_from_the_records(sweep, tmp_path: Path) -> None
         ("GAP edge", None, [0.7, 0.9]),
     ):
         record = {"dataset": "Cora", "method": method, "epsilon": eps, "seeds": [0, 1], "test_acc": accs}
-        slug = sweep._slug("Cora", method, math.inf if eps is None else eps)
+        slug = sweep.record_slug("Cora", method, math.inf if eps is None else eps)
         (tmp_path / f"{slug}.json").write_text(json.dumps(record), encoding="utf-8")
     table = sweep.report(tmp_path, tmp_path / "plot.png")
     assert "| Cora | accuracy % | GAP node |  |  |  | 45.0 ± 5.0 |  | 2 |" in table
@@ -69,7 +69,7 @@ def test_binary_tasks_are_tabled_by_their_roc_auc(sweep, tmp_path: Path) -> None
             "test_acc": accs,
             "test_auc": aucs,
         }
-        (tmp_path / f"{sweep._slug('Minesweeper', method, 8.0)}.json").write_text(
+        (tmp_path / f"{sweep.record_slug('Minesweeper', method, 8.0)}.json").write_text(
             json.dumps(record), encoding="utf-8"
         )
     table = sweep.report(tmp_path, tmp_path / "plot.png")
