@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -11,15 +10,10 @@ import pytest
 
 from securefgl.config import RunConfig
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 @pytest.fixture(scope="module")
-def tuning():
-    spec = importlib.util.spec_from_file_location("privacy_tuning", ROOT / "examples" / "privacy_tuning.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def tuning(load_example):
+    return load_example("privacy_tuning")
 
 
 def _write_trials(tuning, out: Path, method: str, trials: list[dict[str, Any]]) -> None:
@@ -77,7 +71,9 @@ def test_refinement_changes_one_or_two_options_of_a_top_three_trial(tuning) -> N
         assert min(sum(hp[k] != b[k] for k in hp) for b in top) in (1, 2)
 
 
-def test_search_and_evaluate_write_records_the_report_reads(tuning, tmp_path: Path, monkeypatch) -> None:
+def test_search_and_evaluate_write_records_the_report_reads(
+    tuning, load_example, tmp_path: Path, monkeypatch
+) -> None:
     """A real two-trial search per method on the small synthetic graph, then the tuned rows of the report."""
     monkeypatch.setitem(tuning.SPACE, "rounds", [2])
     for method in tuning.TUNED:
@@ -96,10 +92,7 @@ def test_search_and_evaluate_write_records_the_report_reads(tuning, tmp_path: Pa
         8.0, rel=0.05
     )
     assert record["hyperparameters"] == tuning.best_trial(tmp_path, "csbm", "GAP node")["hp"]
-    spec = importlib.util.spec_from_file_location("privacy_utility", ROOT / "examples" / "privacy_utility.py")
-    sweep = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(sweep)
-    table = sweep.report(tmp_path, None)
+    table = load_example("privacy_utility").report(tmp_path, None)
     assert (
         "| csbm | accuracy % | GAP node tuned |" in table
         and "| csbm | accuracy % | DP-MLP node tuned |" in table

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 from pathlib import Path
@@ -11,15 +10,10 @@ import pytest
 
 from securefgl.config import RunConfig
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 @pytest.fixture(scope="module")
-def sweep():
-    spec = importlib.util.spec_from_file_location("privacy_utility", ROOT / "examples" / "privacy_utility.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def sweep(load_example):
+    return load_example("privacy_utility")
 
 
 def test_every_method_and_epsilon_is_a_valid_run_config(sweep) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -12,13 +11,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def report():
-    spec = importlib.util.spec_from_file_location(
-        "reproductions_report", ROOT / "examples" / "reproductions_report.py"
-    )
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def report(load_example):
+    return load_example("reproductions_report")
 
 
 def _adafgl_out(path: Path, protocol: str, seeds: list[int], acc: float) -> Path:
