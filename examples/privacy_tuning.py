@@ -137,8 +137,8 @@ def search(dataset: str, method: str, epsilon: float, budget: int, refine: int, 
 
     path = _trials_path(out, dataset, method)
     path.parent.mkdir(parents=True, exist_ok=True)
-    for i in range(len(load_trials(out, dataset, method)), budget + refine):
-        trials = load_trials(out, dataset, method)
+    trials = load_trials(out, dataset, method)
+    for i in range(len(trials), budget + refine):
         phase = "random" if i < budget else "refine"
         hp = _draw(dataset, method, i) if phase == "random" else _neighbour(dataset, method, i, trials)
         t0 = time.perf_counter()
@@ -154,7 +154,8 @@ def search(dataset: str, method: str, epsilon: float, budget: int, refine: int, 
         }
         with path.open("a", encoding="utf-8") as f:
             f.write(json.dumps(trial) + "\n")
-        best = max(t["val"] for t in [*trials, trial])
+        trials.append(trial)
+        best = max(t["val"] for t in trials)
         print(
             f"{dataset} {method:12s} trial {i:3d} ({phase}) val {100 * trial['val']:5.1f}  best {100 * best:5.1f}  "
             f"({trial['seconds']:.0f} s)",
