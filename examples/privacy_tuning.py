@@ -11,8 +11,8 @@ pipeline. GAP's paper tunes every method by grid search; this script gives GAP's
    norm and width);
 2. ``--refine`` local steps, each changing one or two options of one of the three best trials so far.
 
-Every trial trains seeds 0 and 1 and is scored by their mean **validation** accuracy; test accuracy is
-recorded and never used to choose. ``evaluate`` then runs each method's best trial at every epsilon over
+Every trial trains seeds 0 and 1 and is scored by their mean **validation** accuracy (on binary tasks such as
+Minesweeper, validation ROC AUC, their standard metric); the test metric is recorded and never used to choose. ``evaluate`` then runs each method's best trial at every epsilon over
 ``--seeds`` and writes records that ``privacy_utility.py report`` reads (methods ``GAP node tuned`` and
 ``DP-MLP node tuned``), each carrying its hyperparameters and the run's privacy statement. The search itself
 is not privacy-accounted (as in GAP's paper and most DP work): its choice reads validation labels.
@@ -58,9 +58,9 @@ GAP_SPACE: dict[str, list[Any]] = {
     "degree_bound": [3, 5, 10, 20, 40],
     "hops": [1, 2, 3],
     "encoder_dim": [4, 8, 16, 32],
-    "embedding": ["hidden", "prediction", "vote"],
+    "embedding": ["hidden", "prediction", "vote", "features", "labels"],
     "classifier": ["gap", "residual"],
-    "aggregation_noise_scale": [0.5, 1.0, 2.0, 4.0, 8.0],
+    "aggregation_noise_scale": [0.25, 0.5, 1.0, 2.0, 4.0, 8.0],
     "split": [0.3, 0.5, 0.7],
 }
 #: The searched methods and the name of their tuned rows in the report.
@@ -105,6 +105,12 @@ def load_trials(out: Path, dataset: str, method: str) -> list[dict[str, Any]]:
     return trials
 
 
+def _score(summaries: list[dict[str, Any]], split: str) -> float:
+    """Mean ``split`` ROC AUC over the seeds on a binary task (its standard metric), else mean accuracy."""
+    key = f"{split}_auc" if all(s.get(f"{split}_auc") is not None for s in summaries) else f"{split}_acc"
+    return statistics.mean(s[key] for s in summaries)
+
+
 def _draw(dataset: str, method: str, i: int) -> dict[str, Any]:
     """Random trial ``i``: shared options from a stream both methods share, GAP's from its own."""
     shared = random.Random(f"{dataset}/{i}")
@@ -143,13 +149,14 @@ def search(dataset: str, method: str, epsilon: float, budget: int, refine: int, 
         hp = _draw(dataset, method, i) if phase == "random" else _neighbour(dataset, method, i, trials)
         t0 = time.perf_counter()
         res = securefgl.run(config(dataset, method, epsilon, hp, list(SEARCH_SEEDS)))
+        summaries = [s.summary() for s in res.seeds]
         trial = {
             "trial": i,
             "phase": phase,
             "epsilon": epsilon,
             "hp": hp,
-            "val": statistics.mean(s.summary()["val_acc"] for s in res.seeds),
-            "test": statistics.mean(s.summary()["test_acc"] for s in res.seeds),
+            "val": _score(summaries, "val"),
+            "test": _score(summaries, "test"),
             "seconds": time.perf_counter() - t0,
         }
         with path.open("a", encoding="utf-8") as f:
@@ -164,7 +171,7 @@ def search(dataset: str, method: str, epsilon: float, budget: int, refine: int, 
 
 
 def best_trial(out: Path, dataset: str, method: str) -> dict[str, Any]:
-    """The trial with the highest validation accuracy.
+    """The trial with the highest validation score (accuracy, or ROC AUC on a binary task).
 
     Raises:
         SystemExit: no trial of this search yet.
@@ -189,23 +196,27 @@ def evaluate(dataset: str, methods: list[str], seeds: list[int], epsilons: list[
                 continue
             t0 = time.perf_counter()
             res = securefgl.run(config(dataset, method, eps, chosen["hp"], seeds))
+            summaries = [s.summary() for s in res.seeds]
+            binary = all(s.get("test_auc") is not None for s in summaries)
             record = {
                 "dataset": dataset,
                 "method": TUNED[method],
                 "epsilon": None if math.isinf(eps) else eps,
                 "seeds": seeds,
-                "test_acc": [s.summary()["test_acc"] for s in res.seeds],
-                "val_acc": [s.summary()["val_acc"] for s in res.seeds],
+                "test_acc": [s["test_acc"] for s in summaries],
+                "val_acc": [s["val_acc"] for s in summaries],
+                "test_auc": [s["test_auc"] for s in summaries] if binary else None,
+                "val_auc": [s["val_auc"] for s in summaries] if binary else None,
                 "hyperparameters": chosen["hp"],
-                "selected_by": f"validation accuracy of trial {chosen['trial']} (seeds {list(SEARCH_SEEDS)}, "
+                "selected_by": f"validation {'ROC AUC' if binary else 'accuracy'} of trial {chosen['trial']} (seeds {list(SEARCH_SEEDS)}, "
                 f"epsilon {chosen['epsilon']:g})",
                 "privacy": res.privacy,
                 "seconds": time.perf_counter() - t0,
             }
             path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-            accs = [100 * a for a in record["test_acc"]]
+            name, key = ("test ROC AUC", "test_auc") if binary else ("test accuracy", "test_acc")
             print(
-                f"{dataset} {TUNED[method]:18s} eps={eps:<5g} test accuracy {statistics.mean(accs):5.1f} "
+                f"{dataset} {TUNED[method]:18s} eps={eps:<5g} {name} {100 * statistics.mean(record[key]):5.1f} "
                 f"({record['seconds']:.0f} s)",
                 flush=True,
             )

@@ -178,6 +178,63 @@ def test_vote_and_prediction_embeddings_are_class_wide_rows() -> None:
     assert _tiny_model().embedding(x).shape == (10, 4)  # hidden: the encoder output
 
 
+def test_features_and_labels_embeddings_skip_the_encoder() -> None:
+    x = torch.randn(10, 6, generator=torch.Generator().manual_seed(1))
+    feats = _tiny_model(embedding="features", classifier="residual")
+    assert feats.embedding(x) is x  # the node's own features, F wide
+    assert feats.cls.links[0].in_features == 6
+    known = torch.nn.functional.one_hot(torch.arange(10) % 3, 3) * (torch.arange(10) < 5)[:, None]
+    labels = _tiny_model(embedding="labels", classifier="residual", link_prior=2.0)
+    assert torch.equal(labels.embedding(x, known), known.float())
+    assert torch.equal(labels.cls.links[0].weight, 2.0 * torch.eye(3))  # class-wide: the prior applies
+    assert torch.equal(feats.cls.links[0].weight, torch.zeros(3, 6))  # feature-wide: links start at zero
+    with pytest.raises(ConfigError, match="labels"):
+        labels.embedding(x)
+
+
+def test_labels_embedding_aggregates_only_the_training_labels() -> None:
+    from securefgl.algorithms.base import Client, RoundState, Setting
+    from securefgl.algorithms.registry import create_algorithm
+    from securefgl.config.train import TrainConfig
+    from securefgl.data import make_csbm
+    from securefgl.nn.registry import ModelSpec
+
+    def first_hop(y: torch.Tensor) -> torch.Tensor:
+        data = make_csbm(num_nodes=60, num_classes=3, num_features=6, seed=0)
+        data.train_mask = torch.arange(60) < 30
+        data.y = y
+        setting = Setting(
+            6, 3, 1, 60, 30, ModelSpec("gcn", hidden=8), TrainConfig(rounds=2), max_clients_per_round=1
+        )
+        opts = {"privacy": "none", "embedding": "labels", "classifier": "residual", "hops": 1}
+        alg = create_algorithm("gap", setting, opts)
+        client = Client(0, data, torch.Generator().manual_seed(0))
+        alg.init_client(client)
+        rs = RoundState("classifier", 0, 0, (0,), alg.initial_broadcast(alg.init_server(torch.Generator())))
+        alg.evaluate([client], rs.broadcast, rs)
+        x0, x1 = client.state["gap"]["aggregates"]
+        assert torch.equal(x0[30:], torch.zeros(30, 3))  # no label for the nodes it does not train on
+        assert torch.equal(x0[:30].argmax(1), y[:30])
+        return x1
+
+    y = make_csbm(num_nodes=60, num_classes=3, num_features=6, seed=0).y
+    other = y.clone()
+    other[30:] = (other[30:] + 1) % 3  # every validation/test label changed
+    assert torch.equal(first_hop(y), first_hop(other))
+    changed = y.clone()
+    changed[:30] = (changed[:30] + 1) % 3
+    assert not torch.equal(first_hop(y), first_hop(changed))
+
+
+@pytest.mark.parametrize("embedding", ["features", "labels"])
+def test_node_level_runs_with_encoder_free_embeddings(embedding: str) -> None:
+    opts = {"privacy": "node", "epsilon": 4.0, "embedding": embedding, "classifier": "residual", "hops": 1}
+    plain = _run("plaintext", **opts, classifier_rounds=3)
+    secure = _run("secagg", **opts, classifier_rounds=3)
+    assert [r.metrics for r in plain.seeds[0].rounds] == [r.metrics for r in secure.seeds[0].rounds]
+    assert 3.95 < secure.privacy["epsilon"] <= 4.0
+
+
 def test_aggregation_noise_scale_moves_budget_between_hops_and_gradients() -> None:
     from opacus.accountants import RDPAccountant
 

@@ -42,6 +42,13 @@ def test_a_trial_becomes_a_valid_run_config(tuning) -> None:
     assert RunConfig.from_mapping(mlp).model.name == "mlp" and "hops" not in mlp["algorithm"]["options"]
 
 
+def test_binary_tasks_are_scored_by_roc_auc(tuning) -> None:
+    binary = [{"val_acc": 0.80, "val_auc": 0.56}, {"val_acc": 0.78, "val_auc": 0.60}]
+    assert tuning._score(binary, "val") == pytest.approx(0.58)  # not the majority-class accuracy
+    multiclass = [{"val_acc": 0.5, "val_auc": None}, {"val_acc": 0.7}]
+    assert tuning._score(multiclass, "val") == pytest.approx(0.6)
+
+
 def test_the_best_trial_is_chosen_by_validation_never_by_test(tuning, tmp_path: Path) -> None:
     hp = tuning._draw("Cora", "DP-MLP node", 0)
     _write_trials(

@@ -75,7 +75,11 @@ class GAPClient:
         if "aggregates" not in st:
             model.eval()
             with torch.no_grad():
-                x0 = model.embedding(client.data.x)
+                known = None  # "labels": the labels this client trains on, zero rows elsewhere
+                if self.options.embedding == "labels":
+                    y = client.data.y.clamp_min(0)
+                    known = F.one_hot(y, self.setting.num_classes) * client.data.train_mask[:, None]
+                x0 = model.embedding(client.data.x, known)
                 noise = self.plan.aggregation_noise_std if self.options.private else 0.0  # 0 for the head
                 aggs = perturbed_aggregates(
                     x0.cpu(), st["edges"].cpu(), self.plan.hops, noise_std=noise, generator=st["noise"]

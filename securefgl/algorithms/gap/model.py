@@ -4,7 +4,11 @@ r"""GAP's three modules as one ``torch.nn.Module`` of ``torch.nn.Linear`` layers
   the classes for its own training; :math:`X^{(0)}` (normalised by the aggregation module) is the encoder
   output (``embedding="hidden"``, GAP's paper), the head's class probabilities (``"prediction"``) or the
   one-hot predicted class (``"vote"``: each aggregate is then a noisy count of the neighbours' predicted
-  classes, the whole unit norm of a row in one coordinate);
+  classes, the whole unit norm of a row in one coordinate), or the node's raw features (``"features"``: no
+  encoder in the aggregation, for graphs whose few features describe a node's surroundings rather than the node,
+  such as Minesweeper's counts of neighbouring mines; the hops then cost no encoder training before them), or
+  the one-hot training labels (``"labels"``: zero rows for nodes whose label the client does not train on, so
+  each aggregate is a noisy count of the neighbours' known classes, the "label trick" under GAP's noise);
 * classifier ``"gap"`` (GAP's paper): one base layer (Linear + ReLU) per hop :math:`k = 0..K` on
   :math:`X^{(k)}`, concatenated, then a linear ``out`` layer to the classes, the encoder frozen;
 * classifier ``"head"``: the frozen encoder's logits plus the same links, on exact (un-noised) aggregates: the
@@ -29,6 +33,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from securefgl.errors import ConfigError
 from securefgl.nn._functional import dropout, init_parameters
 
 __all__ = [
@@ -134,8 +139,9 @@ class GAPModel(torch.nn.Module):
         encoder_layers: Layers of the encoder (the last one outputs ``encoder_dim``).
         encoder_dim: Width of the encoder output.
         embedding: :math:`X^{(0)}`: ``"hidden"`` (the encoder output, ``encoder_dim`` wide), ``"prediction"``
-            (the head's class probabilities) or ``"vote"`` (the one-hot predicted class), both ``C`` wide
-            (:meth:`embedding`).
+            (the head's class probabilities) or ``"vote"`` (the one-hot predicted class), both ``C`` wide, or
+            ``"features"`` (the input features, ``F`` wide), or ``"labels"`` (the one-hot training labels, ``C``
+            wide) (:meth:`embedding`).
         classifier: ``"gap"`` (per-hop layers, concatenated, then a linear output) or ``"residual"`` (the
             encoder's logits plus a zero-initialised linear term per hop ``k >= 1``; see :class:`_Residual`) or
             ``"head"`` (the same terms on the frozen encoder's logits; see :class:`_Head`).
@@ -166,7 +172,8 @@ class GAPModel(torch.nn.Module):
         self.hops = hops
         self.embedding_kind = embedding
         self.enc = _Encoder(enc, torch.nn.Linear(encoder_dim, num_classes), dropout)
-        width = num_classes if embedding in ("prediction", "vote") else encoder_dim
+        class_wide = embedding in ("prediction", "vote", "labels")
+        width = num_classes if class_wide else in_channels if embedding == "features" else encoder_dim
         self.cls: _Classifier | _Residual | _Head | None = None
         if hops > 0 and classifier == "head":
             self.cls = _Head(torch.nn.ModuleList(torch.nn.Linear(width, num_classes) for _ in range(hops)))
@@ -185,9 +192,7 @@ class GAPModel(torch.nn.Module):
             with torch.no_grad():
                 for p in self.cls.links.parameters():
                     p.zero_()
-                if (
-                    link_prior and width == num_classes
-                ):  # class-wide aggregates: a neighbour's vote backs its class
+                if link_prior and class_wide:  # a neighbour's vote backs its class
                     for link in self.cls.links:
                         link.weight.copy_(link_prior * torch.eye(num_classes))
 
@@ -203,8 +208,19 @@ class GAPModel(torch.nn.Module):
                 return [self.enc(x), *aggregates[1:]]
         return [x, *aggregates[1:]] if self.residual else list(aggregates)
 
-    def embedding(self, x: Tensor) -> Tensor:
-        """:math:`X^{(0)}` before normalisation: the encoder output, the head's probabilities or its one-hot class."""
+    def embedding(self, x: Tensor, labels: Tensor | None = None) -> Tensor:
+        """:math:`X^{(0)}` before normalisation: the encoder output, the head's probabilities, its one-hot class,
+        the features themselves, or ``labels`` (``"labels"``: the one-hot known labels, zero rows elsewhere).
+
+        Raises:
+            ConfigError: ``"labels"`` without ``labels``.
+        """
+        if self.embedding_kind == "features":
+            return x
+        if self.embedding_kind == "labels":
+            if labels is None:
+                raise ConfigError("embedding 'labels' needs the one-hot labels it aggregates")
+            return labels.to(x.dtype)
         if self.embedding_kind == "prediction":
             return self.enc(x).softmax(dim=-1)
         if self.embedding_kind == "vote":

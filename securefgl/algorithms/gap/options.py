@@ -13,8 +13,9 @@ __all__ = ["CLASSIFIERS", "EMBEDDINGS", "GAPOptions", "PRIVACY_UNITS"]
 #: The privacy units GAP can protect (``"none"``: the same architecture without noise or clipping).
 PRIVACY_UNITS = ("node", "edge", "none")
 
-#: What the aggregation module aggregates: the encoder's hidden output or its head's class probabilities.
-EMBEDDINGS = ("hidden", "prediction", "vote")
+#: What the aggregation module aggregates: the encoder's hidden output, its head's class probabilities, its
+#: one-hot predicted class, the raw features, or the one-hot training labels.
+EMBEDDINGS = ("hidden", "prediction", "vote", "features", "labels")
 
 #: The classification modules: GAP's per-hop layers, the encoder plus per-hop linear terms (trained on), or
 #: the frozen encoder plus per-hop linear terms on exact aggregates (a node-DP head).
@@ -46,7 +47,13 @@ class GAPOptions:
         embedding: What :math:`X^{(0)}` is: ``"hidden"``, the encoder output (GAP's paper); ``"prediction"``,
             the encoder head's class probabilities; or ``"vote"``, its one-hot predicted class, so that every
             aggregate is a noisy count of the neighbours' predicted classes, each neighbour's whole unit norm
-            in one coordinate against the per-coordinate noise. (default: ``"hidden"``)
+            in one coordinate against the per-coordinate noise; or ``"features"``, the node's own input features (no
+            encoder before the hops: for a few features that describe a node's neighbourhood rather than the node,
+            as Minesweeper's counts of neighbouring mines, which an encoder trained on the node's own label would
+            discard); or ``"labels"``, the one-hot label of each node the client trains on (zero rows for the
+            others): every aggregate is a noisy count of the neighbours' known classes (the label trick; a label is
+            node data, so it is protected at node level with the same sensitivity; with two or more hops a
+            training node's own label comes back through its neighbours). (default: ``"hidden"``)
         classifier: The classification module: ``"gap"`` (GAP's: one layer per hop on :math:`X^{(0..K)}`,
             concatenated, then a linear output, trained from scratch) or ``"residual"`` (the encoder's own
             logits plus a zero-initialised linear term per hop :math:`X^{(1..K)}`, the encoder trained on: the
@@ -57,7 +64,7 @@ class GAPOptions:
             neighbours' exact votes and are not covered if published (GAP's guarantee covers them; this
             one, as Daigavane et al. 2021, covers the model). (default: ``"gap"``)
         link_prior: Start of every per-hop link as ``link_prior * I`` when the aggregates are class-wide
-            (``prediction`` or ``vote``): a public prior that a neighbour's vote backs its class. (default: ``0.0``)
+            (``prediction``, ``vote`` or ``labels``): a public prior that a neighbour's vote backs its class. (default: ``0.0``)
         aggregation_noise_scale: The aggregation hops' noise multiplier over the DP-SGD parts' one: above 1
             spends less of the budget on the hops and more on the gradients; with ``classifier="head"`` it scales
             the head's steps instead. (default: ``1.0``)
@@ -78,7 +85,7 @@ class GAPOptions:
     classifier_rounds: int | None = None
     encoder_layers: int = 1
     encoder_dim: int = 16
-    embedding: Literal["hidden", "prediction", "vote"] = "hidden"
+    embedding: Literal["hidden", "prediction", "vote", "features", "labels"] = "hidden"
     classifier: Literal["gap", "residual", "head"] = "gap"
     link_prior: float = 0.0
     aggregation_noise_scale: float = 1.0
