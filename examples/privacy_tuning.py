@@ -60,7 +60,7 @@ GAP_SPACE: dict[str, list[Any]] = {
     "encoder_dim": [4, 8, 16, 32],
     "embedding": ["hidden", "prediction", "vote", "features", "labels"],
     "classifier": ["gap", "residual"],
-    "aggregation_noise_scale": [0.25, 0.5, 1.0, 2.0, 4.0, 8.0],
+    "aggregation_noise_scale": [0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0],
     "split": [0.3, 0.5, 0.7],
 }
 #: The searched methods and the name of their tuned rows in the report.

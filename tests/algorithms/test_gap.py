@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import securefgl
-from securefgl.algorithms.gap import GAPOptions, make_plan
+from securefgl.algorithms.gap import GAPOptions, head_sensitivity, make_plan
 from securefgl.errors import ConfigError
 
 
@@ -308,17 +308,36 @@ def test_the_head_plan_has_no_aggregation_noise_and_its_steps_the_node_sensitivi
     acc = RDPAccountant()
     acc.history = [(z, opts.sample_rate, 20), (4.0 * z, 1.0, 6)]
     assert plan.statement.epsilon == pytest.approx(acc.get_epsilon(plan.statement.delta), rel=1e-12)
-    assert any("(2D+1)C = 7C" in a and "not covered if published" in a for a in plan.statement.assumptions)
+    assert any("= 7C" in a and "not covered if published" in a for a in plan.statement.assumptions)
+    two = make_plan(GAPOptions(**{**opts.__dict__, "hops": 2}), model_name="gcn", **kw)
+    assert head_sensitivity(3, 1) == 7 and head_sensitivity(3, 2) == 25  # 1 + 2 (D + D^2)
+    assert two.classifier_noise_share_std == pytest.approx(
+        4.0 * two.noise_multiplier * 25 * opts.clip / math.sqrt(10)
+    )
+    assert "= 25C" in two.statement.mechanisms[1]["name"]
 
 
-def test_removing_one_node_moves_the_heads_clipped_sum_by_at_most_2d_plus_1_clips() -> None:
+@pytest.mark.parametrize("hops", [1, 2])
+def test_removing_one_node_moves_the_heads_clipped_sum_by_at_most_its_sensitivity(hops: int) -> None:
+    from securefgl.algorithms.gap.model import GAPModel
     from securefgl.privacy import bound_degree, dp_gradient_sum, perturbed_aggregates
 
     gen = torch.Generator().manual_seed(0)
     n, d_bound, clip = 40, 3, 0.5
     edges = torch.randint(0, n, (2, 200), generator=gen)
     edges = bound_degree(edges[:, edges[0] != edges[1]], n, d_bound, generator=gen)
-    model = _tiny_model(embedding="vote", classifier="head", link_prior=1.0)
+    model = GAPModel(
+        6,
+        3,
+        hidden=8,
+        hops=hops,
+        encoder_layers=1,
+        encoder_dim=4,
+        embedding="vote",
+        classifier="head",
+        link_prior=1.0,
+        generator=torch.Generator().manual_seed(0),
+    )
     model.eval()
     x = 3 * torch.randn(n, 6, generator=gen)
     y = torch.randint(0, 3, (n,), generator=gen)
@@ -328,7 +347,7 @@ def test_removing_one_node_moves_the_heads_clipped_sum_by_at_most_2d_plus_1_clip
         remap = torch.full((n,), -1, dtype=torch.long)
         remap[idx] = torch.arange(idx.numel())
         e = edges[:, keep[edges[0]] & keep[edges[1]]]  # the node and its edges leave the bounded graph
-        aggs = perturbed_aggregates(model.embedding(x[idx]), remap[e], 1, noise_std=0.0, generator=None)
+        aggs = perturbed_aggregates(model.embedding(x[idx]), remap[e], hops, noise_std=0.0, generator=None)
         inputs = model.classifier_inputs(x[idx], aggs)
         g, _ = dp_gradient_sum(
             model.cls,
@@ -346,11 +365,12 @@ def test_removing_one_node_moves_the_heads_clipped_sum_by_at_most_2d_plus_1_clip
     degree = torch.bincount(edges[0], minlength=n)
     hub = int(degree.argmax())
     assert int(degree[hub]) == d_bound  # a node at the bound: its removal changes D other aggregates
-    for v in {hub, 0, 7}:
+    moved = []
+    for v in range(n):
         keep = torch.ones(n, dtype=torch.bool)
         keep[v] = False
-        moved = float((full - clipped_sum(keep)).norm())
-        assert 0 < moved <= (2 * d_bound + 1) * clip + 1e-9
+        moved.append(float((full - clipped_sum(keep)).norm()))
+    assert min(moved) > 0 and max(moved) <= head_sensitivity(d_bound, hops) * clip + 1e-9
 
 
 def test_node_level_head_runs_under_secagg_as_plaintext() -> None:

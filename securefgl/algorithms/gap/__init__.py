@@ -11,7 +11,16 @@ from securefgl.algorithms.gap.algorithm import GAP
 from securefgl.algorithms.gap.client import GAPClient
 from securefgl.algorithms.gap.model import GAPModel
 from securefgl.algorithms.gap.options import GAPOptions
-from securefgl.algorithms.gap.plan import GAPPlan, make_plan
+from securefgl.algorithms.gap.plan import GAPPlan, head_sensitivity, make_plan
 from securefgl.algorithms.gap.server import GAPServer
 
-__all__ = ["GAP", "GAPClient", "GAPModel", "GAPOptions", "GAPPlan", "GAPServer", "make_plan"]
+__all__ = [
+    "GAP",
+    "GAPClient",
+    "GAPModel",
+    "GAPOptions",
+    "GAPPlan",
+    "GAPServer",
+    "head_sensitivity",
+    "make_plan",
+]

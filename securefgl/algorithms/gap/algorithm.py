@@ -16,8 +16,8 @@ GAP splits a GNN into three modules so that the edges are queried a fixed number
    encoder on (:mod:`securefgl.algorithms.gap.model`); ``aggregation_noise_scale`` sets the hops' noise
    multiplier relative to the DP-SGD parts'. ``classifier=head`` replaces the aggregation perturbation: the
    frozen encoder's logits plus per-hop links on the exact aggregates, trained with full-batch DP gradient
-   descent at the node sensitivity ``(2D + 1) C``; the released model is node-DP, the client's predictions on
-   its own graph are not (GAP's guarantee covers them).
+   descent at the node sensitivity ``(2D + 1) C`` (one hop; ``K`` hops: ``plan.head_sensitivity``); the
+   released model is node-DP, the client's predictions on its own graph are not (GAP's guarantee covers them).
 
 Federated, every client runs the three steps on its own subgraph, and the encoder and classifier are learnt over
 secure sums (phases ``encoder`` then ``classifier``). Under node-level DP each round is one federated DP-SGD step:

@@ -12,7 +12,7 @@ Per client :math:`k`, on its own subgraph only:
 4. classifier phase, every round: the same for the classifier on the local training nodes' rows of
    :math:`X^{(0..K)}` (the residual classifier: their features and :math:`X^{(1..K)}`; the head: the frozen
    encoder's logits and the exact :math:`X^{(1..K)}`, every training node in every step, with the noise of
-   the ``(2D + 1) C`` sensitivity).
+   the head's sensitivity, ``(2D + 1) C`` for one hop).
 
 Evaluation applies the broadcast model to the client's own aggregates, client side.
 """

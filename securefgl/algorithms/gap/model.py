@@ -12,10 +12,10 @@ r"""GAP's three modules as one ``torch.nn.Module`` of ``torch.nn.Linear`` layers
 * classifier ``"gap"`` (GAP's paper): one base layer (Linear + ReLU) per hop :math:`k = 0..K` on
   :math:`X^{(k)}`, concatenated, then a linear ``out`` layer to the classes, the encoder frozen;
 * classifier ``"head"``: the frozen encoder's logits plus the same links, on exact (un-noised) aggregates: the
-  links are trained with full-batch DP gradient descent at the node-level sensitivity ``(2D + 1) C`` of the
-  sum (a node is its own example and in the aggregates of at most ``D`` others), so the released model is
-  node-DP without noising the aggregates, and predictions read the client's exact graph (not covered when
-  published);
+  links are trained with full-batch DP gradient descent at the node-level sensitivity of the sum, ``(2D + 1) C``
+  for one hop (a node is its own example and in the aggregates of at most ``D`` others; ``K`` hops:
+  :func:`~securefgl.algorithms.gap.plan.head_sensitivity`), so the released model is node-DP without noising
+  the aggregates, and predictions read the client's exact graph (not covered when published);
 * classifier ``"residual"``: the encoder's own logits on the raw features plus a linear ``link`` per hop
   :math:`k = 1..K`, started at zero and trained with the encoder: the classifier phase starts from the
   encoder's prediction, and its DP-SGD steps keep improving the encoder instead of fitting a new model on a

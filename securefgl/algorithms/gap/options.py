@@ -59,15 +59,18 @@ class GAPOptions:
             logits plus a zero-initialised linear term per hop :math:`X^{(1..K)}`, the encoder trained on: the
             classifier starts as the encoder's prediction and its DP-SGD steps also improve the encoder).
             ``"head"``: the frozen encoder's logits plus one linear term per hop on the **exact** aggregates,
-            trained with full-batch DP gradient descent at node sensitivity ``(2D + 1) C`` (no aggregation
-            noise): the released model is node-DP, but predictions computed on the client's own graph read its
+            trained with full-batch DP gradient descent at node sensitivity ``(2D + 1) C`` for one hop
+            (``(1 + 2 (D + ... + D^K)) C`` for ``K``; no aggregation noise): the released model is node-DP, but predictions computed on the client's own graph read its
             neighbours' exact votes and are not covered if published (GAP's guarantee covers them; this
             one, as Daigavane et al. 2021, covers the model). (default: ``"gap"``)
         link_prior: Start of every per-hop link as ``link_prior * I`` when the aggregates are class-wide
             (``prediction``, ``vote`` or ``labels``): a public prior that a neighbour's vote backs its class. (default: ``0.0``)
         aggregation_noise_scale: The aggregation hops' noise multiplier over the DP-SGD parts' one: above 1
-            spends less of the budget on the hops and more on the gradients; with ``classifier="head"`` it scales
-            the head's steps instead. (default: ``1.0``)
+            spends less of the budget on the hops and more on the gradients, below 1 more on the hops. A hop is
+            one Gaussian mechanism while DP-SGD composes hundreds of steps, so with many steps the DP-SGD
+            multiplier is large (above 10 for 300 full-batch steps at epsilon 8) and a hop that is to carry
+            signal needs a small fraction of it (0.05-0.1: multiplier about 1), at a modest cost to the
+            gradients. With ``classifier="head"`` it scales the head's steps instead. (default: ``1.0``)
         param_bound: Public clip range of every uploaded parameter. (default: ``16.0``)
         noise: Randomness of the DP noise: ``"os"`` (a generator seeded from ``os.urandom``) or
             ``"insecure-seeded"`` (from the client's seeded generator: reproducible runs, for tests and

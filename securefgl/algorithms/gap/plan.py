@@ -21,7 +21,7 @@ from securefgl.privacy.accounting import (
 )
 from securefgl.privacy.aggregation import aggregation_sensitivity
 
-__all__ = ["GAPPlan", "make_plan", "resolve_hops"]
+__all__ = ["GAPPlan", "head_sensitivity", "make_plan", "resolve_hops"]
 
 
 def resolve_hops(options: Any, model_name: str, model_layers: int) -> int:
@@ -29,6 +29,16 @@ def resolve_hops(options: Any, model_name: str, model_layers: int) -> int:
     if options.hops is not None:
         return int(options.hops)
     return 0 if model_name == "mlp" else int(model_layers)
+
+
+def head_sensitivity(degree_bound: int, hops: int) -> int:
+    """How many clip norms ``C`` one node moves a full-batch step of the head on exact aggregates by.
+
+    Removing a node removes its own example (``C``) and changes the exact ``k``-hop aggregates of the at most
+    ``D^k`` nodes ``k`` hops away, ``k = 1..K``, each of whose clipped gradients moves by at most ``2C``:
+    ``1 + 2 (D + D^2 + ... + D^K)``, i.e. ``2D + 1`` for one hop.
+    """
+    return 1 + 2 * sum(degree_bound**k for k in range(1, hops + 1))
 
 
 @dataclass(frozen=True)
@@ -45,7 +55,7 @@ class GAPPlan:
         noise_shares: ``m``: the clients whose noise shares make up one DP-SGD step's noise (node level).
         gradient_noise_share_std: Each client's share :math:`z C / \\sqrt m` of a DP-SGD step's noise.
         classifier_noise_share_std: Each client's noise share in a classifier step (the head's: scaled to its
-            ``(2D + 1) C`` sensitivity; else the DP-SGD one).
+            :func:`head_sensitivity` times ``C``, ``(2D + 1) C`` for one hop; else the DP-SGD one).
         classifier_sample_rate: Sampling rate of a classifier step (1 for the head's full batch).
         statement: The run's :class:`~securefgl.privacy.PrivacyStatement`.
     """
@@ -68,8 +78,9 @@ class GAPPlan:
         return self.classifier_sample_rate, self.classifier_noise_share_std
 
 
-def _assumptions(options: Any, delta_default: bool, noise_shares: int) -> list[str]:
+def _assumptions(options: Any, delta_default: bool, noise_shares: int, hops: int) -> list[str]:
     out = []
+    head = head_sensitivity(options.degree_bound, hops)
     if options.privacy == "node":
         out += [
             f"degree bound D={options.degree_bound}: every node keeps at most D sampled neighbours; neighbouring "
@@ -91,8 +102,9 @@ def _assumptions(options: Any, delta_default: bool, noise_shares: int) -> list[s
             *(
                 [
                     f"head: full-batch DP gradient descent on the exact (un-noised) aggregates; removing a node "
-                    f"removes its own example and changes the aggregates of at most D others, so a step's clipped "
-                    f"sum moves by at most (2D+1)C = {2 * options.degree_bound + 1}C, the noise's scale; this covers "
+                    f"removes its own example and changes the k-hop aggregates of at most D^k others (k = 1..{hops}), "
+                    f"so a step's clipped sum moves by at most (1 + 2 sum_k D^k)C = {head}C, the noise's scale; "
+                    "this covers "
                     "the released model; predictions a client computes on its own graph read its neighbours' exact "
                     "votes and are not covered if published"
                 ]
@@ -137,7 +149,8 @@ def make_plan(
         parts = [
             Mechanism("encoder DP-SGD", options.sample_rate, enc_rounds),
             Mechanism(
-                f"head DP-GD (full batch, sensitivity (2D+1)C = {2 * options.degree_bound + 1}C)",
+                f"head DP-GD (full batch, sensitivity (1 + 2 sum_k D^k)C = "
+                f"{head_sensitivity(options.degree_bound, hops)}C)",
                 1.0,
                 cls_rounds,
                 agg_scale,
@@ -166,12 +179,12 @@ def make_plan(
         parts,
         noise_multiplier=z,
         delta=delta,
-        assumptions=_assumptions(options, options.delta is None, shares),
+        assumptions=_assumptions(options, options.delta is None, shares, hops),
     )
     agg_z = z * agg_scale if options.privacy == "node" else z
     std = agg_z * aggregation_sensitivity(options.privacy, options.degree_bound) if hops else 0.0
     share = z * options.clip / math.sqrt(shares) if options.privacy == "node" else 0.0
     if options.privacy == "node" and head:
-        head_share = agg_z * (2 * options.degree_bound + 1) * options.clip / math.sqrt(shares)
+        head_share = agg_z * head_sensitivity(options.degree_bound, hops) * options.clip / math.sqrt(shares)
         return GAPPlan(hops, enc_rounds, cls_rounds, z, 0.0, shares, share, statement, head_share, 1.0)
     return GAPPlan(hops, enc_rounds, cls_rounds, z, std, shares, share, statement, share, options.sample_rate)
