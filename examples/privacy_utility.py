@@ -20,6 +20,8 @@ FedAvg GCN                  the non-private GNN (``--algorithm fedavg --model gc
 DP-FedAvg client-level      ``--algorithm fedavg --protocol secagg+dp --epsilon E`` (the unit is a client)
 GAP / DP-MLP node tuned     GAP's node-level model and DP-MLP with hyperparameters searched on validation
                             at the same budget (``examples/privacy_tuning.py``, which writes these rows)
+GAP node head tuned         the node-DP head (``classifier=head``, one hop of exact aggregates) searched
+                            the same way (its guarantee covers the released model, not predictions)
 ==========================  ==========================================================================
 
 Usage::

@@ -22,11 +22,13 @@ def _write_trials(tuning, out: Path, method: str, trials: list[dict[str, Any]]) 
     path.write_text("".join(json.dumps(t) + "\n" for t in trials), encoding="utf-8")
 
 
-def test_trial_i_draws_the_same_shared_options_for_both_methods(tuning) -> None:
+def test_trial_i_draws_the_same_shared_options_for_every_method(tuning) -> None:
     for i in range(20):
         gap, mlp = tuning._draw("Cora", "GAP node", i), tuning._draw("Cora", "DP-MLP node", i)
-        assert {k: gap[k] for k in tuning.SPACE} == mlp
+        head = tuning._draw("Cora", "GAP node head", i)
+        assert {k: gap[k] for k in tuning.SPACE} == mlp == {k: head[k] for k in tuning.SPACE}
         assert set(gap) == set(tuning.SPACE) | set(tuning.GAP_SPACE)
+        assert set(head) == set(tuning.SPACE) | set(tuning.HEAD_SPACE)
     assert len({json.dumps(tuning._draw("Cora", "DP-MLP node", i), sort_keys=True) for i in range(20)}) > 10
 
 
@@ -40,6 +42,9 @@ def test_a_trial_becomes_a_valid_run_config(tuning) -> None:
     assert cfg.train.lr == hp["lr"] and cfg.model.hidden == hp["hidden"] and "split" not in opts
     mlp = tuning.config("Cora", "DP-MLP node", 8.0, tuning._draw("Cora", "DP-MLP node", 3), [0])
     assert RunConfig.from_mapping(mlp).model.name == "mlp" and "hops" not in mlp["algorithm"]["options"]
+    head = tuning.config("Cora", "GAP node head", 8.0, tuning._draw("Cora", "GAP node head", 3), [0])
+    head_opts = RunConfig.from_mapping(head).algorithm.options
+    assert (head_opts["classifier"], head_opts["hops"]) == ("head", 1)  # the (2D + 1) C sensitivity's one hop
 
 
 def test_binary_tasks_are_scored_by_roc_auc(tuning) -> None:
@@ -99,8 +104,14 @@ def test_search_and_evaluate_write_records_the_report_reads(
         8.0, rel=0.05
     )
     assert record["hyperparameters"] == tuning.best_trial(tmp_path, "csbm", "GAP node")["hp"]
+    head = json.loads(
+        (tmp_path / f"{tuning.record_slug('csbm', 'GAP node head tuned', 8.0)}.json").read_text()
+    )
+    mechanisms = [m["name"] for m in head["privacy"]["mechanisms"]]
+    assert mechanisms[1].startswith("head DP-GD") and head["privacy"]["epsilon"] <= 8.0
     table = load_example("privacy_utility").report(tmp_path, None)
     assert (
         "| csbm | accuracy % | GAP node tuned |" in table
         and "| csbm | accuracy % | DP-MLP node tuned |" in table
+        and "| csbm | accuracy % | GAP node head tuned |" in table
     )
