@@ -31,10 +31,11 @@ Usage::
 The two searches of a dataset can run at once (each writes its own trials file, one line per trial, and
 resumes where it stopped). The random phase's draws are fixed by the dataset and trial index; the DP noise
 comes from the OS CSPRNG, so a rerun scores trials a little differently and its refinement may wander
-elsewhere. Measured on this project's 2-core machine (2026-12-05; Cora and CiteSeer 30 + 30 trials, Chameleon
-30 + 10; test accuracy at epsilon 8 over seeds 0-4): GAP tuned 51.7 / 52.8 / 36.8, DP-MLP tuned 53.4 / 50.9 /
-38.3 (the README's privacy section has the whole table). A search of 60 trials took 21-42 minutes per method
-with the two searches sharing the two cores.
+elsewhere. Measured on this project's 2-core machine (2026-12-05; 30 + 30 trials, Chameleon 30 + 10; test
+accuracy at epsilon 8 over seeds 0-4, ROC AUC on Minesweeper): on Cora / CiteSeer / Chameleon / Minesweeper
+GAP tuned 51.7 / 52.8 / 36.8 / 54.0, DP-MLP tuned 53.4 / 50.9 / 38.3 / 50.7, the node-DP head tuned 71.6 / 65.6
+/ - / 83.6 (the README's privacy section has the whole table). A search of 60 trials took 21-42 minutes per
+method on Cora or CiteSeer with two searches sharing the two cores, 10-15 minutes on Minesweeper.
 """
 
 from __future__ import annotations
