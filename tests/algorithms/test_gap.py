@@ -226,15 +226,6 @@ def test_labels_embedding_aggregates_only_the_training_labels() -> None:
     assert not torch.equal(first_hop(y), first_hop(changed))
 
 
-@pytest.mark.parametrize("embedding", ["features", "labels"])
-def test_node_level_runs_with_encoder_free_embeddings(embedding: str) -> None:
-    opts = {"privacy": "node", "epsilon": 4.0, "embedding": embedding, "classifier": "residual", "hops": 1}
-    plain = _run("plaintext", **opts, classifier_rounds=3)
-    secure = _run("secagg", **opts, classifier_rounds=3)
-    assert [r.metrics for r in plain.seeds[0].rounds] == [r.metrics for r in secure.seeds[0].rounds]
-    assert 3.95 < secure.privacy["epsilon"] <= 4.0
-
-
 def test_aggregation_noise_scale_moves_budget_between_hops_and_gradients() -> None:
     from opacus.accountants import RDPAccountant
 
@@ -256,7 +247,7 @@ def test_aggregation_noise_scale_moves_budget_between_hops_and_gradients() -> No
     assert 3.99 < cheap.statement.epsilon <= 4.0
 
 
-@pytest.mark.parametrize("embedding", ["vote", "prediction"])
+@pytest.mark.parametrize("embedding", ["vote", "prediction", "features", "labels"])
 def test_node_level_residual_runs_under_secagg_as_plaintext(embedding: str) -> None:
     opts = {"privacy": "node", "epsilon": 4.0, "embedding": embedding, "classifier": "residual", "hops": 1}
     plain = _run("plaintext", **opts, classifier_rounds=3)
@@ -264,6 +255,7 @@ def test_node_level_residual_runs_under_secagg_as_plaintext(embedding: str) -> N
     assert [r.metrics for r in plain.seeds[0].rounds] == [r.metrics for r in secure.seeds[0].rounds]
     assert [r.phase for r in secure.seeds[0].rounds] == ["encoder"] * 6 + ["classifier"] * 3
     assert [m["steps"] for m in secure.privacy["mechanisms"]] == [6, 1, 3]
+    assert 3.95 < secure.privacy["epsilon"] <= 4.0
 
 
 def test_the_node_dp_head_reads_the_frozen_encoder_and_trains_only_links() -> None:
