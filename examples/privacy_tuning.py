@@ -230,8 +230,8 @@ def evaluate(dataset: str, methods: list[str], seeds: list[int], epsilons: list[
                 "test_auc": [s["test_auc"] for s in summaries] if binary else None,
                 "val_auc": [s["val_auc"] for s in summaries] if binary else None,
                 "hyperparameters": chosen["hp"],
-                "selected_by": f"validation {'ROC AUC' if binary else 'accuracy'} of trial {chosen['trial']} (seeds {list(SEARCH_SEEDS)}, "
-                f"epsilon {chosen['epsilon']:g})",
+                "selected_by": f"validation {'ROC AUC' if binary else 'accuracy'} of trial {chosen['trial']} "
+                f"(seeds {list(SEARCH_SEEDS)}, epsilon {chosen['epsilon']:g})",
                 "privacy": res.privacy,
                 "seconds": time.perf_counter() - t0,
             }

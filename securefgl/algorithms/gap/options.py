@@ -47,24 +47,27 @@ class GAPOptions:
         embedding: What :math:`X^{(0)}` is: ``"hidden"``, the encoder output (GAP's paper); ``"prediction"``,
             the encoder head's class probabilities; or ``"vote"``, its one-hot predicted class, so that every
             aggregate is a noisy count of the neighbours' predicted classes, each neighbour's whole unit norm
-            in one coordinate against the per-coordinate noise; or ``"features"``, the node's own input features (no
-            encoder before the hops: for a few features that describe a node's neighbourhood rather than the node,
-            as Minesweeper's counts of neighbouring mines, which an encoder trained on the node's own label would
-            discard); or ``"labels"``, the one-hot label of each node the client trains on (zero rows for the
-            others): every aggregate is a noisy count of the neighbours' known classes (the label trick; a label is
-            node data, so it is protected at node level with the same sensitivity; with two or more hops a
-            training node's own label comes back through its neighbours). (default: ``"hidden"``)
+            in one coordinate against the per-coordinate noise; or ``"features"``, the node's own input
+            features (no encoder before the hops: for a few features that describe a node's neighbourhood
+            rather than the node, as Minesweeper's counts of neighbouring mines, which an encoder trained on
+            the node's own label would discard); or ``"labels"``, the one-hot label of each node the client
+            trains on (zero rows for the others): every aggregate is a noisy count of the neighbours' known
+            classes (the label trick; a label is node data, so it is protected at node level with the same
+            sensitivity; with two or more hops a training node's own label comes back through its neighbours).
+            (default: ``"hidden"``)
         classifier: The classification module: ``"gap"`` (GAP's: one layer per hop on :math:`X^{(0..K)}`,
             concatenated, then a linear output, trained from scratch) or ``"residual"`` (the encoder's own
             logits plus a zero-initialised linear term per hop :math:`X^{(1..K)}`, the encoder trained on: the
             classifier starts as the encoder's prediction and its DP-SGD steps also improve the encoder).
             ``"head"``: the frozen encoder's logits plus one linear term per hop on the **exact** aggregates,
             trained with full-batch DP gradient descent at node sensitivity ``(2D + 1) C`` for one hop
-            (``(1 + 2 (D + ... + D^K)) C`` for ``K``; no aggregation noise): the released model is node-DP, but predictions computed on the client's own graph read its
-            neighbours' exact votes and are not covered if published (GAP's guarantee covers them; this
-            one, as Daigavane et al. 2021, covers the model). (default: ``"gap"``)
+            (``(1 + 2 (D + ... + D^K)) C`` for ``K``; no aggregation noise): the released model is node-DP, but
+            predictions computed on the client's own graph read its neighbours' exact votes and are not
+            covered if published (GAP's guarantee covers them; this one, as Daigavane et al. 2021, covers the
+            model). (default: ``"gap"``)
         link_prior: Start of every per-hop link as ``link_prior * I`` when the aggregates are class-wide
-            (``prediction``, ``vote`` or ``labels``): a public prior that a neighbour's vote backs its class. (default: ``0.0``)
+            (``prediction``, ``vote`` or ``labels``): a public prior that a neighbour's vote backs its class.
+            (default: ``0.0``)
         aggregation_noise_scale: The aggregation hops' noise multiplier over the DP-SGD parts' one: above 1
             spends less of the budget on the hops and more on the gradients, below 1 more on the hops. A hop is
             one Gaussian mechanism while DP-SGD composes hundreds of steps, so with many steps the DP-SGD

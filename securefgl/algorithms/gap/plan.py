@@ -101,12 +101,11 @@ def _assumptions(options: Any, delta_default: bool, noise_shares: int, hops: int
             ),
             *(
                 [
-                    f"head: full-batch DP gradient descent on the exact (un-noised) aggregates; removing a node "
-                    f"removes its own example and changes the k-hop aggregates of at most D^k others (k = 1..{hops}), "
-                    f"so a step's clipped sum moves by at most (1 + 2 sum_k D^k)C = {head}C, the noise's scale; "
-                    "this covers "
-                    "the released model; predictions a client computes on its own graph read its neighbours' exact "
-                    "votes and are not covered if published"
+                    "head: full-batch DP gradient descent on the exact (un-noised) aggregates; removing a node "
+                    "removes its own example and changes the k-hop aggregates of at most D^k others "
+                    f"(k = 1..{hops}), so a step's clipped sum moves by at most (1 + 2 sum_k D^k)C = {head}C, "
+                    "the noise's scale; this covers the released model; predictions a client computes on its "
+                    "own graph read its neighbours' exact votes and are not covered if published"
                 ]
                 if options.classifier == "head"
                 else []
