@@ -5,8 +5,9 @@ Every message is a frozen dataclass with a fixed field schema and a compact bina
     magic "SF" (2 bytes) | wire version (1 byte) | message type (1 byte) | fields...
 
 Integers are big-endian (``u8``/``u32``/``u64``); byte strings and lists are length-prefixed; ring
-vectors carry their bit width and element count, then the elements as little-endian integers of
-``ceil(bits / 8)`` bytes each; Shamir share matrices carry their shape, then ``uint32`` little-endian words.
+vectors carry their bit width and element count, zero padding to an 8-byte boundary of the message, then
+the elements as little-endian integers of ``ceil(bits / 8)`` bytes each; Shamir share matrices carry their
+shape, then ``uint32`` little-endian words.
 :func:`decode` checks the magic, the version, the type (against what the receiver expects), every length
 against the bytes actually present (so a forged count cannot make the receiver allocate), every value
 range (ring elements below :math:`2^{b}`, shares below the field prime), and that no byte is left over.
@@ -84,7 +85,8 @@ __all__ = [
 ]
 
 MAGIC = b"SF"
-WIRE_VERSION = 1
+#: 2: ring vectors' elements are padded to an 8-byte boundary of the message (:class:`RingVector`).
+WIRE_VERSION = 2
 _HEADER = struct.Struct(">2sBB")
 M = TypeVar("M", bound="Message")
 M2 = TypeVar("M2", bound="Message")

@@ -36,7 +36,7 @@ from securefgl.protocols.ckks import (
     CKKSUpload,
     select_parameters,
 )
-from securefgl.protocols.messages import decode
+from securefgl.protocols.messages import WIRE_VERSION, decode
 from securefgl.protocols.plaintext import PlaintextAggregation
 from securefgl.protocols.router import Router
 
@@ -529,7 +529,7 @@ def test_argument_errors(schema_):
     with pytest.raises(ConfigError, match="key_holders"):
         CKKSAggregation(key_holders=0)
     with pytest.raises(MalformedMessageError):
-        decode(b"SF\x01\x55" + b"\x00" * 10, CKKSUpload)
+        decode(b"SF" + bytes([WIRE_VERSION, 0x55]) + b"\x00" * 10, CKKSUpload)
 
 
 def test_registry_resolves_ckks_lazily():

@@ -72,9 +72,10 @@ def test_vectors_use_the_minimal_width() -> None:
     [
         b"",
         b"SF",
-        b"XX\x01\x02" + bytes(64),  # bad magic
-        b"SF\x02\x02" + bytes(64),  # unsupported version
-        b"SF\x01\x63",  # unknown type
+        b"XX\x02\x02" + bytes(64),  # bad magic
+        b"SF\x01\x02" + bytes(64),  # the previous wire version (ring vectors not padded)
+        b"SF\x03\x02" + bytes(64),  # unsupported version
+        b"SF\x02\x63",  # unknown type
         m.AdvertiseKeys(bytes(32), bytes(32)).to_bytes()[:-1],  # truncated
         m.AdvertiseKeys(bytes(32), bytes(32)).to_bytes() + b"\x00",  # trailing byte
     ],
@@ -115,7 +116,7 @@ def test_out_of_range_values_are_malformed() -> None:
     with pytest.raises(MalformedMessageError, match="values"):
         m.decode(bytes(raw))
     with pytest.raises(MalformedMessageError, match="invalid|UTF-8"):
-        m.decode(b"SF\x01\x0f" + struct.pack(">H", 2) + b"\xff\xfe" + struct.pack(">H", 0))
+        m.decode(b"SF\x02\x0f" + struct.pack(">H", 2) + b"\xff\xfe" + struct.pack(">H", 0))
 
 
 def test_reserved_ids_and_truncated_headers_are_malformed() -> None:
@@ -225,3 +226,22 @@ def test_ring_vectors_round_trip_at_every_width(bits: int, n: int, seed: int) ->
     back = m.decode(data, m.MaskedInput).vector
     assert back.dtype == (np.uint32 if bits <= 32 else np.uint64)
     assert np.array_equal(back.astype(np.uint64), v.astype(np.uint64))
+
+
+@pytest.mark.parametrize("complaints", [(), (3,), (3, 5), (3, 5, 7)])
+def test_ring_vector_elements_start_on_an_eight_byte_boundary(complaints: tuple[int, ...]) -> None:
+    """Whatever precedes it, a ring vector's elements start 8-aligned in the message (so the decoded view is
+    aligned and numpy sums it with its vector loops); the padding is zero, and nonzero padding is malformed."""
+    v = np.arange(1, 11, dtype=np.uint32)
+    data = m.MaskedInput(bytes(32), complaints, 28, v).to_bytes()
+    start = len(data) - v.nbytes
+    assert start % 8 == 0 and data[start:] == v.astype("<u4").tobytes()
+    pad = start - (4 + 32 + 4 + 4 * len(complaints) + 1 + 8)
+    assert 0 <= pad < 8 and data[start - pad : start] == bytes(pad)
+    back = m.decode(bytes(data), m.MaskedInput).vector
+    assert np.array_equal(back, v) and back.flags.aligned
+    if pad:
+        bad = bytearray(data)
+        bad[start - 1] = 1
+        with pytest.raises(MalformedMessageError, match="nonzero padding"):
+            m.decode(bytes(bad), m.MaskedInput)

@@ -20,7 +20,7 @@ from securefgl.errors import (
 )
 from securefgl.protocols import SERVER, BlockSpec, DropoutPlan, SumSchema, get_protocol
 from securefgl.protocols.base import MessageRecord, Transcript
-from securefgl.protocols.messages import decode
+from securefgl.protocols.messages import WIRE_VERSION, decode
 from securefgl.protocols.plaintext import (
     STAGES,
     PlainClient,
@@ -401,7 +401,7 @@ def test_messages_round_trip() -> None:
 @HSETTINGS
 def test_decoders_raise_only_typed_errors(data: bytes) -> None:
     for expected in (PlainInputRequest, PlainInput, PlainDeliver):
-        for payload in (data, b"SF\x01" + bytes([expected.TYPE]) + data):
+        for payload in (data, b"SF" + bytes([WIRE_VERSION, expected.TYPE]) + data):
             with contextlib.suppress(MalformedMessageError):
                 decode(payload, expected)
 
