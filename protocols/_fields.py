@@ -249,6 +249,8 @@ class IdList(Field):
 
     def get(self, r: _Reader, got: Mapping[str, Any], name: str) -> tuple[int, ...]:
         n = r.count(4, name)
+        if not n:
+            return ()
         ids = np.frombuffer(r.take(4 * n), dtype=">u4").tolist()  # Python ints, converted in C
         if _NONE_U32 in ids:
             raise MalformedMessageError(f"field {name!r} contains the reserved id {_NONE_U32}")
@@ -433,7 +435,11 @@ class ShareMatrix(Field):
         rows, cols = r.unpack(_U32_PAIR)
         if rows * cols * 4 > r.remaining:
             raise MalformedMessageError(f"field {name!r}: a {rows}x{cols} matrix exceeds the message")
-        arr = np.frombuffer(r.take(rows * cols * 4), dtype="<u4").astype(np.uint32).reshape(rows, cols)
+        if not rows * cols:
+            return np.zeros((rows, cols), dtype=np.uint32)
+        arr = np.frombuffer(r.take(rows * cols * 4), dtype="<u4").reshape(rows, cols)  # read-only view
+        if not arr.dtype.isnative:  # pragma: no cover - big-endian hosts only
+            arr = arr.astype(np.uint32)
         if arr.size and int(arr.max()) >= PRIME:
             raise MalformedMessageError(f"field {name!r} has values >= {PRIME}")
         return arr

@@ -337,6 +337,7 @@ class SecretSharingGraph:
             order = np.argsort(words, kind="stable")
             self._ring = tuple(ids[int(i)] for i in order)
             self._position = {c: i for i, c in enumerate(self._ring)}
+        self._neighbours: dict[int, tuple[int, ...]] = {}  # memo: the server asks for each client per stage
 
     @property
     def num_clients(self) -> int:
@@ -348,8 +349,13 @@ class SecretSharingGraph:
             raise ConfigError(f"client {client} is not in the graph")
         if self.complete:
             return self.clients
-        n, half, pos = len(self._ring), self.degree // 2, self._position[client]
-        return tuple(sorted({self._ring[(pos + j) % n] for j in range(-half, half + 1)}))
+        got = self._neighbours.get(client)
+        if got is None:
+            n, half, pos = len(self._ring), self.degree // 2, self._position[client]
+            got = self._neighbours[client] = tuple(
+                sorted({self._ring[(pos + j) % n] for j in range(-half, half + 1)})
+            )
+        return got
 
     def are_neighbours(self, u: int, v: int) -> bool:
         if self.complete:

@@ -62,6 +62,7 @@ __all__ = [
     "hkdf_info",
     "keystream_into",
     "ring_dtype",
+    "run_claimed",
     "system_random",
     "zero_bytes",
 ]
@@ -345,33 +346,7 @@ class MaskExpander:
             return
         bounds = self._pieces(int(workers))
         pieces = list(zip(bounds[:-1], bounds[1:], strict=True))
-        if len(pieces) == 1:
-            self._combine_piece(acc, keys, len(add), *pieces[0])
-            return
-        # Pieces are claimed, not assigned: a pool thread slow to wake (an idle core of a virtual machine can
-        # take milliseconds) finds them all done by the caller, so a split is never much slower than serial.
-        claims = itertools.count()
-        done = [threading.Event() for _ in pieces]
-
-        errors: list[BaseException] = []
-
-        def drain() -> None:
-            while (i := next(claims)) < len(pieces):
-                try:
-                    self._combine_piece(acc, keys, len(add), *pieces[i])
-                except BaseException as exc:  # re-raised in the caller's thread below
-                    errors.append(exc)
-                finally:
-                    done[i].set()
-
-        pool = _piece_pool(len(pieces) - 1)
-        for _ in range(len(pieces) - 1):
-            pool.submit(drain)
-        drain()
-        for event in done:
-            event.wait()
-        if errors:
-            raise errors[0]
+        run_claimed(len(pieces), lambda i: self._combine_piece(acc, keys, len(add), *pieces[i]))
 
     def _pieces(self, workers: int) -> list[int]:
         """Piece boundaries (word indices) for ``workers`` threads, each piece on a cipher-block boundary and
@@ -440,6 +415,40 @@ def _piece_pool(threads: int) -> ThreadPoolExecutor:
         if pool is None:
             pool = _POOLS[threads] = ThreadPoolExecutor(threads, thread_name_prefix="securefgl-prg")
         return pool
+
+
+def run_claimed(count: int, work: Callable[[int], None]) -> None:
+    """``work(i)`` for ``i`` in ``range(count)``, on the caller's thread and ``count - 1`` pool threads.
+
+    Pieces are claimed, not assigned: a pool thread slow to wake (an idle core of a virtual machine can take
+    milliseconds) finds them all done by the caller, so a split is never much slower than serial. The first
+    error of any piece is re-raised in the caller once every piece has finished.
+    """
+    if count <= 1:
+        if count == 1:
+            work(0)
+        return
+    claims = itertools.count()
+    done = [threading.Event() for _ in range(count)]
+    errors: list[BaseException] = []
+
+    def drain() -> None:
+        while (i := next(claims)) < count:
+            try:
+                work(i)
+            except BaseException as exc:  # re-raised in the caller's thread below
+                errors.append(exc)
+            finally:
+                done[i].set()
+
+    pool = _piece_pool(count - 1)
+    for _ in range(count - 1):
+        pool.submit(drain)
+    drain()
+    for event in done:
+        event.wait()
+    if errors:
+        raise errors[0]
 
 
 def _forget_pools_in_child() -> None:

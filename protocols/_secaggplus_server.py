@@ -7,7 +7,7 @@ checks). The server sees bytes only and never imports the client half.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from securefgl.errors import (
@@ -166,12 +166,13 @@ class SecAggPlusServer(ResumedUses):
         replies: Sequence[tuple[int, bytes]],
         expected: type[Message],
         allowed: set[int],
-        on_decoded: Callable[[int, Any], None] | None = None,
+        running: RunningSum | None = None,
     ) -> dict[int, Any]:
         """Decode one stage's replies: one valid message per allowed client; exclude the rest.
 
-        ``on_decoded(client, message)`` runs on each message of the expected type right after it is
-        decoded (while its bytes are still in cache)."""
+        With ``running``, the masked vectors of the decoded messages are range-checked and summed into it in
+        one batch split over the protocol's worker threads (:meth:`RunningSum.add_all`); a message with an
+        element out of the ring is excluded as malformed, as :func:`decode` would have."""
         counts: dict[int, int] = {}
         for c, _ in replies:
             counts[c] = counts.get(c, 0) + 1
@@ -189,7 +190,7 @@ class SecAggPlusServer(ResumedUses):
                 out.pop(c, None)
                 continue
             try:
-                msg = decode(payload, (expected, Abort))
+                msg = decode(payload, (expected, Abort), ring_check=running is None)
             except MalformedMessageError as exc:
                 self._exclude(c, MalformedMessageError(str(exc), party=c, phase=stage))
                 continue
@@ -197,8 +198,15 @@ class SecAggPlusServer(ResumedUses):
                 self._exclude(c, f"{msg.reason} (client abort): {msg.detail}")
                 continue
             out[c] = msg
-            if on_decoded is not None:
-                on_decoded(c, msg)
+        if running is not None:
+            for c in running.add_all(out, self.workers):
+                del out[c]
+                self._exclude(
+                    c,
+                    MalformedMessageError(
+                        f"field 'vector' has elements >= 2^{running.ring_bits}", party=c, phase=stage
+                    ),
+                )
         return out
 
     # -- endpoint ------------------------------------------------------------------------------------
@@ -374,7 +382,7 @@ class SecAggPlusServer(ResumedUses):
         ph = Stage.MASKED_INPUT.value
         assert self.state.graph is not None
         running = RunningSum(self.layout.length, self.schema.ring_bits)
-        got = self._collect(ph, replies, MaskedInput, set(self.state.u2), on_decoded=running.add)
+        got = self._collect(ph, replies, MaskedInput, set(self.state.u2), running=running)
         accepted: dict[int, MaskedInput] = {}
         for c in sorted(got):
             msg = got[c]
@@ -459,9 +467,16 @@ class SecAggPlusServer(ResumedUses):
     def _split(
         self, u: int, u3: frozenset[int], dead: frozenset[int]
     ) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        """The peers ``u`` masked with (and itself), split into survivors ``u3`` and dropped ``dead``."""
-        masked_with = self.state.masked_with[u] | {u}
-        return tuple(sorted(masked_with & u3)), tuple(sorted(masked_with & dead))
+        """The peers ``u`` masked with (and itself), split into survivors ``u3`` and dropped ``dead`` (U3 and
+        the dead are final once chosen: remembered as what ``u``'s unmask request names)."""
+        got = self.state.requested.get(u)
+        if got is None:
+            masked_with = self.state.masked_with[u] | {u}
+            got = self.state.requested[u] = (
+                tuple(sorted(masked_with & u3)),
+                tuple(sorted(masked_with & dead)),
+            )
+        return got
 
     def _unmask_requests(self, to: Iterable[int]) -> Outgoing:
         out = {}
@@ -526,6 +541,7 @@ class SecAggPlusServer(ResumedUses):
         for c, _ in replies:
             counts[c] = counts.get(c, 0) + 1
         good: dict[int, Unmask] = {}
+        u3f, deadf = frozenset(u3), frozenset(dead)
         for c, payload in replies:
             if c not in answering or c in self.state.unmask_rejected:
                 continue
@@ -540,12 +556,13 @@ class SecAggPlusServer(ResumedUses):
             if isinstance(msg, Abort):
                 self.state.unmask_rejected[c] = f"{msg.reason} (client abort): {msg.detail}"
                 continue
-            masked_with = set(self.state.masked_with[c]) | {c}
+            alive, asked_dead = self._split(c, u3f, deadf)
             ok = (
                 msg.session_id == self.state.session_id
-                and msg.alive == tuple(sorted(masked_with & u3))
-                and set(msg.dead) <= (masked_with & dead)
-                and len(set(msg.dead)) == len(msg.dead)
+                and msg.alive == alive
+                and (
+                    not msg.dead or (set(msg.dead) <= set(asked_dead) and len(set(msg.dead)) == len(msg.dead))
+                )
                 and msg.seed_shares.shape == (len(msg.alive), _shamir.LIMBS)
                 and msg.key_shares.shape == (len(msg.dead), _shamir.LIMBS)
             )

@@ -53,7 +53,7 @@ class ResumedUses(Reconstruction):
         running = RunningSum(self.layout.length, self.schema.ring_bits)
         if self.optimistic:
             return self._after_optimistic_input(replies, running)
-        got = self._collect(ph, replies, ResumedInput, set(st.u1), on_decoded=running.add)
+        got = self._collect(ph, replies, ResumedInput, set(st.u1), running=running)
         st.session_id = self._vote(got, ph)
         accepted: dict[int, ResumedInput] = {}
         for c in sorted(got):
@@ -93,7 +93,7 @@ class ResumedUses(Reconstruction):
         ph = Stage.RESUME.value
         st = self.state
         assert st.graph is not None
-        got = self._collect(ph, replies, OptimisticInput, set(st.u1), on_decoded=running.add)
+        got = self._collect(ph, replies, OptimisticInput, set(st.u1), running=running)
         st.session_id = self._vote(got, ph)
         accepted = tuple(c for c in sorted(got) if self._vector_ok(c, got[c], ph))
         st.u2 = st.u3 = accepted

@@ -21,7 +21,7 @@ from securefgl.errors import InvalidMessage, ProtocolError, ThresholdError
 from securefgl.protocols import _shamir
 from securefgl.protocols._buffers import recycled
 from securefgl.protocols._harary import GraphParameters, SecretSharingGraph
-from securefgl.protocols._prg import expander_for, ring_dtype
+from securefgl.protocols._prg import SPLIT_MIN_BYTES, expander_for, ring_dtype, run_claimed
 from securefgl.protocols._secaggplus_params import SecAggPlusConfig, Stage
 from securefgl.protocols._secaggplus_session import (
     ClipLayout,
@@ -55,6 +55,7 @@ class SecAggPlusServerState:
         senders: client -> the neighbours whose ciphertexts were forwarded to it.
         complaints: client -> the senders whose ciphertexts it could not authenticate.
         masked_with: survivor -> the peers it masked against.
+        requested: survivor -> the peers (and itself) its unmask request names, ``(alive, dead)``.
         total: the running sum of accepted masked inputs (then the unmasked sum).
         result: the released sums (server mode).
         delivered: whether the sum was relayed to the designated recipient.
@@ -77,6 +78,7 @@ class SecAggPlusServerState:
     senders: dict[int, tuple[int, ...]] = field(default_factory=dict)
     complaints: dict[int, tuple[int, ...]] = field(default_factory=dict)
     masked_with: dict[int, frozenset[int]] = field(default_factory=dict)
+    requested: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = field(default_factory=dict)
     total: np.ndarray | None = None
     result: Sums | None = None
     delivered: bool = False
@@ -169,8 +171,10 @@ class Reconstruction:
         for c, msg in good.items():
             groups.setdefault(msg.alive if kind == "seed" else msg.dead, []).append(c)
         for ids, responders in groups.items():
+            if len(responders) < t:  # SecAgg+: every responder's neighbourhood differs
+                continue
             todo = [i for i, o in enumerate(ids) if o in remaining]
-            if len(responders) < t or len(todo) < 2:
+            if len(todo) < 2:
                 continue
             chosen = sorted(responders, key=lambda w: self.x[w])[:t]
             shares = np.stack(
@@ -194,51 +198,54 @@ class Reconstruction:
         commitment (seeds) or advertised public key (mask keys), retrying other holder subsets on a
         mismatch. Every owner is interpolated in one vectorised batch, each row with its own holder set."""
         t = self.params.threshold
-        # Every reply's share rows stacked once into one table; holders[o][w]: the row of w's share of o.
-        holders: dict[int, dict[int, int]] = {o: {} for o in owners}
+        # Every reply's share rows stacked once into one table, with each row's owner, holder and holder's x.
         mats: list[np.ndarray] = []
-        base = 0
+        row_owner: list[Sequence[int]] = []
+        row_holder: list[int] = []
         for c, msg in good.items():
             ids, mat = (msg.alive, msg.seed_shares) if kind == "seed" else (msg.dead, msg.key_shares)
-            for i, o in enumerate(ids):
-                if o in holders:
-                    holders[o][c] = base + i
             mats.append(mat)
-            base += len(ids)
+            row_owner.append(ids)
+            row_holder += [c] * len(ids)
         table = np.concatenate(mats) if mats else np.zeros((0, _shamir.LIMBS), dtype=np.uint32)
         try:
-            groups: dict[tuple[int, ...], list[int]] = {}
-            for owner, hs in holders.items():
-                if len(hs) < t:
+            owner_of = np.fromiter(itertools.chain.from_iterable(row_owner), np.int64, len(row_holder))
+            holder_of = np.array(row_holder, dtype=np.int64)
+            x_of = np.array([self.x[w] for w in row_holder], dtype=np.int64)
+            wanted = sorted(owners)
+            rows = np.flatnonzero(np.isin(owner_of, wanted))
+            # each owner's rows together, lowest x first: the first t of an owner are its chosen holders
+            rows = rows[np.lexsort((x_of[rows], owner_of[rows]))]
+            found, first, count = np.unique(owner_of[rows], return_index=True, return_counts=True)
+            holders = dict(zip(found.tolist(), count.tolist(), strict=True))
+            for owner in wanted:
+                if holders.get(owner, 0) < t:
                     raise ThresholdError(
-                        f"only {len(hs)} share holders answered for the {kind} of client {owner}, fewer than the threshold {t}",
+                        f"only {holders.get(owner, 0)} share holders answered for the {kind} of client {owner}, "
+                        f"fewer than the threshold {t}",
                         party=SERVER,
                         phase=phase,
                     )
-                chosen = tuple(sorted(hs, key=lambda w: self.x[w])[:t])
-                groups.setdefault(chosen, []).append(owner)
             out: dict[int, np.ndarray] = {}
             retry: list[int] = []
-
-            def accept(owners: Sequence[int], secrets: np.ndarray, valid: np.ndarray) -> None:
-                for i, o in enumerate(owners):
+            # One vectorised interpolation for every owner: each row carries its own holder set, so owners of
+            # different neighbourhoods (SecAgg+) and owners sharing a holder set cost one pass together.
+            if len(found):
+                index = rows[first[:, None] + np.arange(t)]  # (G, t) rows of each owner's chosen holders
+                shares = table[index]  # (G, t, L)
+                secrets, valid = _shamir.reconstruct_many(x_of[index], shares)
+                for i, o in enumerate(found.tolist()):
                     if valid[i] and self._verify(kind, o, secrets[i]):
                         out[o] = secrets[i].copy()
                     else:
                         retry.append(o)
-                wipe(secrets)
-
-            # One vectorised interpolation for every owner: each row carries its own holder set, so owners of
-            # different neighbourhoods (SecAgg+) and owners sharing a holder set cost one pass together.
-            rows = [(chosen, o) for chosen, owners in groups.items() for o in owners]
-            if rows:
-                xs = np.array([[self.x[w] for w in chosen] for chosen, _ in rows], dtype=np.int64)
-                index = np.array([[holders[o][w] for w in chosen] for chosen, o in rows], dtype=np.intp)
-                shares = table[index]  # (G, t, L)
-                accept([o for _, o in rows], *_shamir.reconstruct_many(xs, shares))
-                wipe(shares)
+                wipe(secrets, shares)
             for o in retry:
-                out[o] = self._search_subsets({w: table[i] for w, i in holders[o].items()}, kind, o, phase)
+                i = int(np.searchsorted(found, o))
+                mine = rows[first[i] : first[i] + count[i]]
+                out[o] = self._search_subsets(
+                    {int(holder_of[r]): table[r] for r in mine.tolist()}, kind, o, phase
+                )
             return out
         finally:
             wipe(table)
@@ -313,9 +320,11 @@ class Reconstruction:
 class RunningSum:
     """:math:`\\sum_u y_u` wrapping in the ring's machine word, in one preallocated accumulator.
 
-    Each well-formed masked vector (a read-only view of the message bytes: no copy) is added as soon
-    as it is decoded, while it is in cache; :meth:`total_of` then removes the vectors of clients that
-    did not end up among the survivors (rare: malformed replies, complaints).
+    The masked vectors of a stage (read-only views of the message bytes: no copy) are range-checked and added
+    in one batch (:meth:`add_all`), the vector cut into pieces that the protocol's worker threads claim; each
+    piece of each vector is checked right before it is added, while it is in cache. :meth:`total_of` then
+    removes the vectors of clients that did not end up among the survivors (rare: malformed replies,
+    complaints).
     """
 
     def __init__(self, length: int, ring_bits: int) -> None:
@@ -326,11 +335,49 @@ class RunningSum:
         self.total.fill(0)
         self.vectors: dict[int, np.ndarray] = {}
 
-    def add(self, client: int, msg: Any) -> None:
-        vec = getattr(msg, "vector", None)
-        if isinstance(vec, np.ndarray) and vec.shape == (self.length,) and msg.ring_bits == self.ring_bits:
-            np.add(self.total, vec, out=self.total, dtype=self.dtype, casting="unsafe")
-            self.vectors[client] = vec
+    def add_all(self, messages: Mapping[int, Any], workers: int = 1) -> list[int]:
+        """Add the ``vector`` of every message that has one of this sum's length and ring; return the clients
+        whose vector has an element :math:`\\ge 2^{bits}` (not added: the caller excludes them).
+
+        Every element is used only modulo :math:`2^{bits}`, so the check changes no sum; it keeps the wire
+        strict (one encoding per vector), as :func:`~securefgl.protocols.messages.decode` does by default.
+        """
+        items = [
+            (c, vec)
+            for c, msg in messages.items()
+            if isinstance(vec := getattr(msg, "vector", None), np.ndarray)
+            and vec.shape == (self.length,)
+            and msg.ring_bits == self.ring_bits
+        ]
+        if not items:
+            return []
+        limit = (1 << self.ring_bits) if self.ring_bits < 8 * self.dtype.itemsize else None
+        count = max(1, min(int(workers), self.length * self.dtype.itemsize // SPLIT_MIN_BYTES))
+        step = -(-self.length // count)
+        bounds = [(i * step, min((i + 1) * step, self.length)) for i in range(count)]
+        out_of_range: list[set[int]] = [set() for _ in bounds]
+
+        def piece(i: int) -> None:
+            lo, hi = bounds[i]
+            part = self.total[lo:hi]
+            for j, (_, vec) in enumerate(items):
+                v = vec[lo:hi]
+                if limit is not None and v.size and int(v.max()) >= limit:
+                    out_of_range[i].add(j)
+                    continue
+                np.add(part, v, out=part, dtype=self.dtype, casting="unsafe")
+
+        run_claimed(len(bounds), piece)
+        bad = set().union(*out_of_range)
+        for j in bad:  # take back the pieces of a bad vector that passed
+            for (lo, hi), skipped in zip(bounds, out_of_range, strict=True):
+                if j not in skipped:
+                    part = self.total[lo:hi]
+                    np.subtract(part, items[j][1][lo:hi], out=part, dtype=self.dtype, casting="unsafe")
+        for j, (c, vec) in enumerate(items):
+            if j not in bad:
+                self.vectors[c] = vec
+        return sorted(items[j][0] for j in bad)
 
     def total_of(self, survivors: Sequence[int]) -> np.ndarray:
         """The sum of exactly the ``survivors``' vectors (each of which was added)."""

@@ -119,14 +119,16 @@ class Message:
             object.__setattr__(self, name, self.FIELDS[name].check(getattr(self, name), name, self))
 
     @classmethod
-    def _decoded(cls: type[M], values: Mapping[str, Any]) -> M:
+    def _decoded(cls: type[M], values: Mapping[str, Any], ring_check: bool = True) -> M:
         """An instance from decoded values, checking (in field order) only the fields whose decoder does not
-        already guarantee what ``check`` would (see :attr:`Field.DECODE_CHECKED`)."""
+        already guarantee what ``check`` would (see :attr:`Field.DECODE_CHECKED`), and ring vectors' element
+        range only with ``ring_check``."""
         msg = object.__new__(cls)
         for name in _field_names(cls):
             field = cls.FIELDS[name]
             value = values[name]
-            object.__setattr__(msg, name, value if field.DECODE_CHECKED else field.check(value, name, msg))
+            trusted = field.DECODE_CHECKED or (not ring_check and isinstance(field, RingVector))
+            object.__setattr__(msg, name, value if trusted else field.check(value, name, msg))
         return msg
 
     def to_bytes(self) -> bytes:
@@ -361,28 +363,38 @@ def encode(message: Message) -> bytes:
 
 
 @overload
-def decode(data: bytes | bytearray | memoryview, expected: type[M]) -> M: ...
-
-
-@overload
-def decode(data: bytes | bytearray | memoryview, expected: tuple[type[M], type[M2]]) -> M | M2: ...
+def decode(data: bytes | bytearray | memoryview, expected: type[M], *, ring_check: bool = True) -> M: ...
 
 
 @overload
 def decode(
-    data: bytes | bytearray | memoryview, expected: tuple[type[Message], ...] | None = None
+    data: bytes | bytearray | memoryview, expected: tuple[type[M], type[M2]], *, ring_check: bool = True
+) -> M | M2: ...
+
+
+@overload
+def decode(
+    data: bytes | bytearray | memoryview,
+    expected: tuple[type[Message], ...] | None = None,
+    *,
+    ring_check: bool = True,
 ) -> Message: ...
 
 
 def decode(
     data: bytes | bytearray | memoryview,
     expected: type[Message] | tuple[type[Message], ...] | None = None,
+    *,
+    ring_check: bool = True,
 ) -> Message:
     """Parse and validate one message.
 
     Args:
         data: the received bytes.
         expected: the message class (or classes) the receiver accepts in its current stage.
+        ring_check: check that every ring vector element is below :math:`2^{bits}`. ``False`` hands that
+            check to the caller, which must make it before using the vector (the server's
+            :meth:`~securefgl.protocols._secaggplus_unmask.RunningSum.add_all` does, in the pass that sums).
 
     Raises:
         MalformedMessageError: bad magic, unsupported version, unknown or unexpected type, truncation,
@@ -412,7 +424,7 @@ def decode(
             got[name] = cls.FIELDS[name].get(r, got, name)
         if r.remaining:
             raise MalformedMessageError(f"{r.remaining} trailing bytes after {cls.__name__}")
-        return cls._decoded(got)
+        return cls._decoded(got, ring_check)
     except MalformedMessageError:
         raise
     except (struct.error, ValueError, TypeError, OverflowError, IndexError) as exc:  # defensive: typed only

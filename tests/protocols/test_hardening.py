@@ -363,3 +363,47 @@ def test_unknown_sampler_is_refused() -> None:
         DistributedDP(
             PlaintextAggregation(), min_contributors=2, clip_norm=1.0, noise_multiplier=1.0, sampler="x"
         )
+
+
+# -- out-of-ring elements: the batched range check of the server's running sum ---------------------------
+
+
+@pytest.mark.parametrize("protocol", ["secagg", "secagg+"])
+def test_an_upload_with_an_element_outside_the_ring_is_excluded(protocol: str) -> None:
+    """The server decodes masked inputs without the per-message range check and makes it in the pass that
+    sums (``RunningSum.add_all``): an upload with one element at or above 2^bits is still excluded as
+    malformed, and the sum is the other clients' exactly."""
+    contrib = contributions(9)
+
+    def widen(rec: MessageRecord) -> list[bytes]:
+        if rec.sender == 3 and rec.phase == "masked_input":
+            m = decode(rec.payload, MaskedInput)
+            assert m.ring_bits < 32 and m.vector.dtype == np.uint32
+            raw = bytearray(rec.payload)
+            raw[-1] = 0xFF  # the last element's top byte: at least 2^24 * 255 >= 2^bits
+            return [bytes(raw)]
+        return [rec.payload]
+
+    proto = SecAgg(interceptor=widen) if protocol == "secagg" else SecAggPlus(interceptor=widen)
+    sums, tr = proto.aggregate(SCHEMA, contrib)
+    assert 3 not in tr.survivors and "elements >= 2^" in tr.excluded[3]
+    assert_sum(sums, exact_sum(contrib, tr.survivors))
+
+
+@pytest.mark.parametrize("bad_at", [0, 69_999])
+def test_running_sum_takes_back_the_pieces_of_a_vector_outside_the_ring(bad_at: int) -> None:
+    """Split over two pieces, a vector bad in one piece only is not summed at all (the piece that passed is
+    subtracted again); the others are, and the result equals the serial sum of the good vectors."""
+    from types import SimpleNamespace
+
+    from securefgl.protocols._secaggplus_unmask import RunningSum
+
+    rng = np.random.default_rng(0)
+    vecs = {c: rng.integers(0, 2**28, 70_000, dtype=np.uint32) for c in range(4)}
+    vecs[2][bad_at] = 2**28
+    for workers in (1, 2):
+        running = RunningSum(70_000, 28)
+        msgs = {c: SimpleNamespace(vector=v, ring_bits=28) for c, v in vecs.items()}
+        assert running.add_all(msgs, workers) == [2]
+        expected = (vecs[0].astype(np.uint64) + vecs[1] + vecs[3]).astype(np.uint32)
+        assert np.array_equal(running.total, expected) and set(running.vectors) == {0, 1, 3}
