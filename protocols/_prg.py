@@ -58,8 +58,10 @@ __all__ = [
     "MaskExpander",
     "SPLIT_MIN_BYTES",
     "derive_key",
+    "derive_keys",
     "expander_for",
     "hkdf_info",
+    "hkdf_infos",
     "keystream_into",
     "ring_dtype",
     "run_claimed",
@@ -156,27 +158,45 @@ def hkdf_info(
         pair: the ordered pair of parties ``(u, v)``, or ``None`` for a single-party key.
         label: block/chunk label (e.g. ``b"vector"``).
     """
+    head, tail = _info_parts(purpose, session_id, round_index, label)
+    return head + (b"\x00" if pair is None else _pair_bytes(pair)) + tail
+
+
+def hkdf_infos(
+    purpose: str,
+    pairs: Sequence[tuple[int, int]],
+    *,
+    session_id: bytes = b"",
+    round_index: int = 0,
+    label: bytes | str = b"",
+) -> list[bytes]:
+    """:func:`hkdf_info` for many ``pairs`` of one purpose, session, round and label (the shared parts built
+    once: the server derives every survivor's self-mask key in one go)."""
+    head, tail = _info_parts(purpose, session_id, round_index, label)
+    return [head + _pair_bytes(p) + tail for p in pairs]
+
+
+def _info_parts(purpose: str, session_id: bytes, round_index: int, label: bytes | str) -> tuple[bytes, bytes]:
+    """The parts of an ``info`` string before and after its pair field."""
     if not purpose or not isinstance(purpose, str):
         raise ConfigError(f"purpose must be a non-empty string, got {purpose!r}")
     if not 0 <= int(round_index) < 2**64:
         raise ConfigError(f"round_index must be in [0, 2^64), got {round_index!r}")
     if isinstance(label, str):
         label = label.encode()
-    if pair is None:
-        pair_bytes = b"\x00"
-    else:
-        u, v = (int(pair[0]), int(pair[1]))
-        if not (0 <= u < 2**64 and 0 <= v < 2**64):
-            raise ConfigError(f"pair ids must be in [0, 2^64), got {pair!r}")
-        pair_bytes = b"\x01" + struct.pack(">QQ", u, v)
-    return (
-        INFO_PREFIX
-        + _lp(purpose.encode())
-        + _lp(bytes(session_id))
-        + struct.pack(">Q", int(round_index))
-        + pair_bytes
-        + _lp(bytes(label))
-    )
+    head = INFO_PREFIX + _lp(purpose.encode()) + _lp(bytes(session_id)) + struct.pack(">Q", int(round_index))
+    return head, _lp(bytes(label))
+
+
+def _pair_bytes(pair: tuple[int, int]) -> bytes:
+    u, v = (int(pair[0]), int(pair[1]))
+    if not (0 <= u < 2**64 and 0 <= v < 2**64):
+        raise ConfigError(f"pair ids must be in [0, 2^64), got {pair!r}")
+    return _PAIR.pack(1, u, v)
+
+
+_PAIR = struct.Struct(">BQQ")
+_SHA256 = hashes.SHA256()
 
 
 def derive_key(
@@ -199,10 +219,31 @@ def derive_key(
     Raises:
         ConfigError: ``secret`` shorter than 32 bytes (a folded or truncated seed).
     """
+    info = hkdf_info(purpose, session_id=session_id, round_index=round_index, pair=pair, label=label)
+    return _hkdf(secret, info, length)
+
+
+def derive_keys(
+    secrets: Sequence[bytes | bytearray | memoryview],
+    purpose: str,
+    pairs: Sequence[tuple[int, int]],
+    *,
+    session_id: bytes = b"",
+    round_index: int = 0,
+    label: bytes | str = b"",
+) -> list[bytes]:
+    """:func:`derive_key` of ``secrets[i]`` for ``pairs[i]``, every other field shared (the same keys, with the
+    ``info`` strings built at once by :func:`hkdf_infos`)."""
+    if len(secrets) != len(pairs):
+        raise ConfigError(f"{len(secrets)} secrets for {len(pairs)} pairs")
+    infos = hkdf_infos(purpose, pairs, session_id=session_id, round_index=round_index, label=label)
+    return [_hkdf(s, info, KEY_BYTES) for s, info in zip(secrets, infos, strict=True)]
+
+
+def _hkdf(secret: bytes | bytearray | memoryview, info: bytes, length: int) -> bytes:
     if len(secret) < KEY_BYTES:
         raise ConfigError(f"secret must have at least {KEY_BYTES} bytes, got {len(secret)}")
-    info = hkdf_info(purpose, session_id=session_id, round_index=round_index, pair=pair, label=label)
-    return HKDF(algorithm=hashes.SHA256(), length=length, salt=None, info=info).derive(bytes(secret))
+    return HKDF(algorithm=_SHA256, length=length, salt=None, info=info).derive(bytes(secret))
 
 
 def _encryptor(key: bytes, algorithm: str, start_block: int) -> CipherContext:

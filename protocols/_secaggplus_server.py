@@ -407,7 +407,8 @@ class SecAggPlusServer(ResumedUses):
                 accused.setdefault(v, set()).add(c)
         removed = self._judge_complaints(accused, set(accepted))
         self.state.u3 = tuple(c for c in sorted(accepted) if c not in removed)
-        self.state.dead = tuple(c for c in self.state.u2 if c not in set(self.state.u3))
+        survivors = set(self.state.u3)
+        self.state.dead = tuple(c for c in self.state.u2 if c not in survivors)
         return self._after_inputs(running, ph)
 
     def _vector_ok(self, c: int, msg: MaskedInput | ResumedInput, ph: str) -> bool:
@@ -444,7 +445,7 @@ class SecAggPlusServer(ResumedUses):
         refuse_small_sum(
             len(self.state.u3), self.config.min_contributors, self.schema.min_contributors, ph, SERVER
         )
-        for u in self.state.u3:
+        for u in self.state.u3 if self.state.dead else ():  # none dropped: share_keys checked U2 already
             live = len(set(self.state.graph.neighbours(u)) & u3)
             self._need(
                 live >= t, f"survivor {u} has {live} live neighbours, fewer than the threshold {t}", ph

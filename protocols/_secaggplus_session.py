@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X
 from securefgl.errors import ReleaseRefusedError
 from securefgl.protocols import _shamir
 from securefgl.protocols._harary import SecretSharingGraph
-from securefgl.protocols._prg import KEY_BYTES, RandomSource, derive_key, hkdf_info
+from securefgl.protocols._prg import KEY_BYTES, RandomSource, derive_key, derive_keys, hkdf_info
 from securefgl.protocols._release import check_sum_range, refuse_small_sum
 from securefgl.protocols.base import Sums
 from securefgl.protocols.encoding import SumSchema
@@ -38,6 +38,7 @@ __all__ = [
     "private_key",
     "release_ring",
     "self_key",
+    "self_keys",
     "session_graph",
     "session_id_for",
     "wipe",
@@ -164,6 +165,13 @@ def self_key(seed: bytes | bytearray, sid: bytes, round_index: int, u: int) -> b
     """The self-mask key of ``u`` from its seed :math:`b_u`."""
     return derive_key(
         seed, "self-mask", session_id=sid, round_index=round_index, pair=(u, u), label=b"vector"
+    )
+
+
+def self_keys(seeds: Sequence[bytes], sid: bytes, round_index: int, owners: Sequence[int]) -> list[bytes]:
+    """:func:`self_key` of every ``owners[i]`` from ``seeds[i]`` (the server's mask removal: one batch)."""
+    return derive_keys(
+        seeds, "self-mask", [(u, u) for u in owners], session_id=sid, round_index=round_index, label=b"vector"
     )
 
 

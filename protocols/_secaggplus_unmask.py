@@ -28,7 +28,7 @@ from securefgl.protocols._secaggplus_session import (
     commitment,
     pair_key,
     release_ring,
-    self_key,
+    self_keys,
     wipe,
 )
 from securefgl.protocols.base import SERVER, Sums
@@ -289,7 +289,7 @@ class Reconstruction:
         dropped (one PRG expansion each), the vector split over ``workers`` threads
         (:meth:`~securefgl.protocols._prg.MaskExpander.combine`)."""
         sid, r = self.state.session_id, self.round_index
-        minus = [self_key(seeds[u].tobytes(), sid, r, u) for u in self.state.u3]
+        minus = self_keys([seeds[u].tobytes() for u in self.state.u3], sid, r, self.state.u3)
         plus: list[bytes] = []
         for v, secret in keys.items():
             sk = X25519PrivateKey.from_private_bytes(secret.tobytes())

@@ -124,10 +124,9 @@ class Message:
         already guarantee what ``check`` would (see :attr:`Field.DECODE_CHECKED`), and ring vectors' element
         range only with ``ring_check``."""
         msg = object.__new__(cls)
-        for name in _field_names(cls):
-            field = cls.FIELDS[name]
+        for name, field, checked, ring in _wire_fields(cls):
             value = values[name]
-            trusted = field.DECODE_CHECKED or (not ring_check and isinstance(field, RingVector))
+            trusted = checked or (ring and not ring_check)
             object.__setattr__(msg, name, value if trusted else field.check(value, name, msg))
         return msg
 
@@ -345,6 +344,24 @@ def message_types() -> dict[int, type[Message]]:
 
 
 _FIELD_NAMES: dict[type[Message], tuple[str, ...]] = {}
+_WIRE_FIELDS: dict[type[Message], tuple[tuple[str, Field, bool, bool], ...]] = {}
+
+
+def _wire_fields(cls: type[Message]) -> tuple[tuple[str, Field, bool, bool], ...]:
+    """``(name, field, field.DECODE_CHECKED, is a ring vector)`` in wire order, once per class (the decoder's
+    loop: the server decodes one message per client per stage)."""
+    got = _WIRE_FIELDS.get(cls)
+    if got is None:
+        got = _WIRE_FIELDS[cls] = tuple(
+            (
+                name,
+                cls.FIELDS[name],
+                cls.FIELDS[name].DECODE_CHECKED,
+                isinstance(cls.FIELDS[name], RingVector),
+            )
+            for name in _field_names(cls)
+        )
+    return got
 
 
 def _field_names(cls: type[Message]) -> tuple[str, ...]:
@@ -420,10 +437,10 @@ def decode(
                 names = [c.__name__ for c in allowed]
                 raise MalformedMessageError(f"unexpected message {cls.__name__}; expected one of {names}")
         got: dict[str, Any] = {}
-        for name in _field_names(cls):
-            got[name] = cls.FIELDS[name].get(r, got, name)
-        if r.remaining:
-            raise MalformedMessageError(f"{r.remaining} trailing bytes after {cls.__name__}")
+        for name, field, _, _ in _wire_fields(cls):
+            got[name] = field.get(r, got, name)
+        if r.end != r.pos:
+            raise MalformedMessageError(f"{r.end - r.pos} trailing bytes after {cls.__name__}")
         return cls._decoded(got, ring_check)
     except MalformedMessageError:
         raise

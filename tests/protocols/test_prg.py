@@ -406,3 +406,24 @@ def test_bad_arguments() -> None:
         keystream_into(os.urandom(32), np.empty((4, 4), dtype=np.uint32)[:, 0])
     with pytest.raises(ConfigError, match="purpose"):
         hkdf_info("")
+
+
+def test_batch_derivation_equals_one_by_one() -> None:
+    """``derive_keys``/``hkdf_infos`` (the server's self-mask keys in one batch) give exactly the keys and
+    ``info`` strings of ``derive_key``/``hkdf_info`` one by one, and validate the same way."""
+    from securefgl.protocols._prg import derive_key, derive_keys, hkdf_info, hkdf_infos
+
+    secrets = [bytes([i]) * 32 for i in range(5)]
+    pairs = [(i, i) for i in range(5)] + [(3, 2**64 - 1)]
+    secrets.append(bytes(range(32)))
+    kw = {"session_id": b"sid" * 11, "round_index": 7, "label": b"vector"}
+    assert hkdf_infos("self-mask", pairs, **kw) == [hkdf_info("self-mask", pair=p, **kw) for p in pairs]
+    assert derive_keys(secrets, "self-mask", pairs, **kw) == [
+        derive_key(s, "self-mask", pair=p, **kw) for s, p in zip(secrets, pairs, strict=True)
+    ]
+    with pytest.raises(ConfigError, match="pair ids"):
+        hkdf_infos("self-mask", [(0, 2**64)], **kw)
+    with pytest.raises(ConfigError, match="at least 32 bytes"):
+        derive_keys([b"short"], "self-mask", [(1, 1)], **kw)
+    with pytest.raises(ConfigError, match="2 secrets for 1 pairs"):
+        derive_keys(secrets[:2], "self-mask", [(1, 1)], **kw)
