@@ -63,6 +63,7 @@ __all__ = [
     "hkdf_info",
     "hkdf_infos",
     "keystream_into",
+    "piece_bounds",
     "ring_dtype",
     "run_claimed",
     "system_random",
@@ -385,17 +386,9 @@ class MaskExpander:
             )
         if not self.length or not keys:
             return
-        bounds = self._pieces(int(workers))
-        pieces = list(zip(bounds[:-1], bounds[1:], strict=True))
+        unit = _BLOCK_BYTES[self.algorithm] // self.dtype.itemsize  # pieces start on cipher blocks
+        pieces = piece_bounds(self.length, self.dtype.itemsize, workers, unit)
         run_claimed(len(pieces), lambda i: self._combine_piece(acc, keys, len(add), *pieces[i]))
-
-    def _pieces(self, workers: int) -> list[int]:
-        """Piece boundaries (word indices) for ``workers`` threads, each piece on a cipher-block boundary and
-        at least :data:`SPLIT_MIN_BYTES` long."""
-        unit = _BLOCK_BYTES[self.algorithm] // self.dtype.itemsize
-        count = max(1, min(workers, self.length * self.dtype.itemsize // SPLIT_MIN_BYTES))
-        step = -(-self.length // count // unit) * unit
-        return [min(i * step, self.length) for i in range(count)] + [self.length]
 
     def _combine_piece(self, acc: np.ndarray, keys: list[bytes], adds: int, lo: int, hi: int) -> None:
         size = self.dtype.itemsize
@@ -456,6 +449,16 @@ def _piece_pool(threads: int) -> ThreadPoolExecutor:
         if pool is None:
             pool = _POOLS[threads] = ThreadPoolExecutor(threads, thread_name_prefix="securefgl-prg")
         return pool
+
+
+def piece_bounds(length: int, itemsize: int, workers: int, unit: int = 1) -> list[tuple[int, int]]:
+    """``[lo, hi)`` word ranges cutting a vector of ``length`` words for ``workers`` threads: at most ``workers``
+    pieces, none under :data:`SPLIT_MIN_BYTES` (the hand-offs would cost more than the second thread saves),
+    each starting on a multiple of ``unit`` words."""
+    count = max(1, min(int(workers), length * itemsize // SPLIT_MIN_BYTES))
+    step = -(-length // count // unit) * unit
+    bounds = [min(i * step, length) for i in range(count)] + [length]
+    return list(zip(bounds[:-1], bounds[1:], strict=True))
 
 
 def run_claimed(count: int, work: Callable[[int], None]) -> None:

@@ -21,7 +21,7 @@ from securefgl.errors import InvalidMessage, ProtocolError, ThresholdError
 from securefgl.protocols import _shamir
 from securefgl.protocols._buffers import recycled
 from securefgl.protocols._harary import GraphParameters, SecretSharingGraph
-from securefgl.protocols._prg import SPLIT_MIN_BYTES, expander_for, ring_dtype, run_claimed
+from securefgl.protocols._prg import expander_for, piece_bounds, ring_dtype, run_claimed
 from securefgl.protocols._secaggplus_params import SecAggPlusConfig, Stage
 from securefgl.protocols._secaggplus_session import (
     ClipLayout,
@@ -352,9 +352,7 @@ class RunningSum:
         if not items:
             return []
         limit = (1 << self.ring_bits) if self.ring_bits < 8 * self.dtype.itemsize else None
-        count = max(1, min(int(workers), self.length * self.dtype.itemsize // SPLIT_MIN_BYTES))
-        step = -(-self.length // count)
-        bounds = [(i * step, min((i + 1) * step, self.length)) for i in range(count)]
+        bounds = piece_bounds(self.length, self.dtype.itemsize, workers)
         out_of_range: list[set[int]] = [set() for _ in bounds]
 
         def piece(i: int) -> None:

@@ -278,13 +278,16 @@ def test_combine_split_over_threads_is_the_serial_sum(
 
 
 def test_combine_splits_only_long_work_and_checks_its_arguments() -> None:
-    ex = MaskExpander(1 << 15, 40)  # 256 KiB of uint64 words
-    assert ex._pieces(2) == [0, 1 << 14, 1 << 15]
-    assert ex._pieces(8) == [0, 1 << 14, 1 << 15]  # never a piece under SPLIT_MIN_BYTES
-    assert ex._pieces(1) == [0, 1 << 15]
-    assert MaskExpander(1 << 15, 26)._pieces(2) == [0, 1 << 15]  # 128 KiB of uint32 words: one piece
-    bounds = MaskExpander(3 * (1 << 14) + 1, 40, algorithm="chacha20")._pieces(3)
-    assert bounds == [0, 16392, 32784, 49153]  # on 64-byte (8-word) blocks
+    from securefgl.protocols._prg import piece_bounds
+
+    ex = MaskExpander(1 << 15, 40)  # 256 KiB of uint64 words; AES blocks are 2 words
+    assert piece_bounds(1 << 15, 8, 2, 2) == [(0, 1 << 14), (1 << 14, 1 << 15)]
+    assert piece_bounds(1 << 15, 8, 8, 2) == [(0, 1 << 14), (1 << 14, 1 << 15)]  # none under SPLIT_MIN_BYTES
+    assert piece_bounds(1 << 15, 8, 1, 2) == [(0, 1 << 15)]
+    assert piece_bounds(1 << 15, 4, 2, 4) == [(0, 1 << 15)]  # 128 KiB of uint32 words: one piece
+    bounds = piece_bounds(3 * (1 << 14) + 1, 8, 3, 8)  # ChaCha20's 64-byte (8-word) blocks
+    assert bounds == [(0, 16392), (16392, 32784), (32784, 49153)]
+    assert piece_bounds(70_001, 4, 2) == [(0, 35_001), (35_001, 70_001)]  # unit 1: the running sum's pieces
     acc = ex.zeros()
     with pytest.raises(ConfigError, match="32 bytes"):
         ex.combine(acc, [os.urandom(32), b"short"])
