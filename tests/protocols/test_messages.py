@@ -245,3 +245,16 @@ def test_ring_vector_elements_start_on_an_eight_byte_boundary(complaints: tuple[
         bad[start - 1] = 1
         with pytest.raises(MalformedMessageError, match="nonzero padding"):
             m.decode(bytes(bad), m.MaskedInput)
+
+
+def test_ring_check_false_hands_the_range_check_to_the_caller() -> None:
+    """``decode(..., ring_check=False)`` (the server's running sum checks while it adds) skips only the ring
+    vector's element range: the out-of-range element comes back as sent, every other check still applies."""
+    data = bytearray(m.MaskedInput(bytes(32), (), 20, np.array([1, 2**20 - 1], dtype=np.uint32)).to_bytes())
+    data[-1] |= 0x10  # bit 20 of the last element (3-byte wide ring)
+    with pytest.raises(MalformedMessageError, match=">= 2\\^20"):
+        m.decode(bytes(data), m.MaskedInput)
+    back = m.decode(bytes(data), m.MaskedInput, ring_check=False).vector
+    assert back.tolist() == [1, 2**20 - 1 + 2**20]
+    with pytest.raises(MalformedMessageError, match="trailing"):
+        m.decode(bytes(data) + b"\x00", m.MaskedInput, ring_check=False)
