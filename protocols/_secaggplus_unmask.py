@@ -201,17 +201,17 @@ class Reconstruction:
         # Every reply's share rows stacked once into one table, with each row's owner, holder and holder's x.
         mats: list[np.ndarray] = []
         row_owner: list[Sequence[int]] = []
-        row_holder: list[int] = []
+        holders_x: list[tuple[int, int, int]] = []  # (holder, its x, rows it sent)
         for c, msg in good.items():
             ids, mat = (msg.alive, msg.seed_shares) if kind == "seed" else (msg.dead, msg.key_shares)
             mats.append(mat)
             row_owner.append(ids)
-            row_holder += [c] * len(ids)
+            holders_x.append((c, self.x[c], len(ids)))
         table = np.concatenate(mats) if mats else np.zeros((0, _shamir.LIMBS), dtype=np.uint32)
         try:
-            owner_of = np.fromiter(itertools.chain.from_iterable(row_owner), np.int64, len(row_holder))
-            holder_of = np.array(row_holder, dtype=np.int64)
-            x_of = np.array([self.x[w] for w in row_holder], dtype=np.int64)
+            per = np.array(holders_x, dtype=np.int64).reshape(-1, 3)
+            holder_of, x_of = np.repeat(per[:, 0], per[:, 2]), np.repeat(per[:, 1], per[:, 2])
+            owner_of = np.fromiter(itertools.chain.from_iterable(row_owner), np.int64, len(holder_of))
             wanted = sorted(owners)
             rows = np.flatnonzero(np.isin(owner_of, wanted))
             # each owner's rows together, lowest x first: the first t of an owner are its chosen holders

@@ -245,7 +245,10 @@ def lagrange_at_zero_many(xs: np.ndarray) -> np.ndarray:
     """Lagrange coefficients at 0 for many holder sets at once (one row each), uncached.
 
     Used when every secret has its own holder set (SecAgg+ neighbourhoods), where a per-set cache
-    would never hit: the products and the Fermat inverses are computed for all rows in one pass.
+    would never hit. :math:`\\lambda_j = \\prod_{i \\ne j} x_i / (x_i - x_j)`: one pass per column over
+    all rows, each factor's inverse read from a table of the inverses of ``1 .. max(x)`` (the differences
+    of x-coordinates of at most that size), so no row needs a modular exponentiation; beyond
+    :data:`INVERSE_TABLE_MAX` the denominators are inverted by Fermat's little theorem instead.
 
     Shapes:
         xs: :math:`(G, t)` x-coordinates, distinct within each row. Output: :math:`(G, t)` uint64.
@@ -255,7 +258,39 @@ def lagrange_at_zero_many(xs: np.ndarray) -> np.ndarray:
         raise ConfigError(f"xs must be a non-empty (G, t) array, got shape {x.shape}")
     if x.size and (int(x.min()) < 1 or int(x.max()) >= PRIME):
         raise ConfigError(f"x-coordinates must be in [1, {PRIME - 1}]")
-    x = x.astype(np.uint64)
+    g, t = x.shape
+    top = int(x.max()) if x.size else 1
+    if top > INVERSE_TABLE_MAX:
+        return _lagrange_fermat(x.astype(np.uint64))
+    size = max(64, 1 << (top - 1).bit_length())  # a power of two: one cached table serves every nearby top
+    table = _small_inverses(size)  # table[a + size] = a^-1 mod p for 0 < |a| <= size
+    coefficients: np.ndarray = np.ones((g, t), dtype=np.uint64)
+    for i in range(t):
+        d = x[:, i : i + 1] - x  # x_i - x_j, in [-(top - 1), top - 1]; 0 on the diagonal
+        if bool((d == 0).sum(axis=1).max() > 1):
+            raise ConfigError("x-coordinates must be distinct within each holder set")
+        factor = x[:, i : i + 1].astype(np.uint64) * table[d + size] % _P
+        factor[:, i] = 1
+        coefficients = coefficients * factor % _P
+    return coefficients
+
+
+#: Largest x-coordinate for which :func:`lagrange_at_zero_many` builds a table of inverses (beyond: Fermat).
+INVERSE_TABLE_MAX = 1 << 16
+
+
+@lru_cache(maxsize=8)
+def _small_inverses(top: int) -> np.ndarray:
+    """``table[a + top]`` = the inverse of ``a`` mod p for ``0 < |a| <= top`` (0 at ``a = 0``), read-only."""
+    pos = np.array([0] + [pow(a, PRIME - 2, PRIME) for a in range(1, top + 1)], dtype=np.uint64)
+    table = np.concatenate([(_P - pos[:0:-1]) % _P, pos])
+    table.setflags(write=False)
+    return table
+
+
+def _lagrange_fermat(x: np.ndarray) -> np.ndarray:
+    """:func:`lagrange_at_zero_many` for large x-coordinates: products, then Fermat inverses of the
+    denominators."""
     g, t = x.shape
     num: np.ndarray = np.ones((g, t), dtype=np.uint64)
     den: np.ndarray = np.ones((g, t), dtype=np.uint64)

@@ -185,3 +185,17 @@ def test_batched_reconstruction_with_a_holder_set_per_secret() -> None:
         _shamir.lagrange_at_zero_many(np.array([[1, 2, 2]]))
     with pytest.raises(ConfigError, match="shape"):
         _shamir.reconstruct_many(xs, shares[:, :3])
+
+
+@pytest.mark.parametrize("top", [9, 500, _shamir.INVERSE_TABLE_MAX + 1000])
+def test_table_and_fermat_coefficients_agree(top: int) -> None:
+    """Up to ``INVERSE_TABLE_MAX`` the coefficients' inverses come from a table of small inverses, beyond it by
+    Fermat: both equal the cached per-set coefficients, and a repeated x is refused on either path."""
+    rng = np.random.default_rng(top)
+    xs = np.stack([rng.choice(np.arange(1, top + 1), size=5, replace=False) for _ in range(30)])
+    lam = _shamir.lagrange_at_zero_many(xs)
+    assert np.array_equal(lam, _shamir._lagrange_fermat(xs.astype(np.uint64)))
+    for row in range(30):
+        assert np.array_equal(lam[row], _shamir.lagrange_at_zero(tuple(int(v) for v in xs[row])))
+    with pytest.raises(ConfigError, match="distinct"):
+        _shamir.lagrange_at_zero_many(np.array([[top, 1, top]]))
