@@ -115,8 +115,8 @@ class Message:
             _REGISTRY[cls.TYPE] = cls
 
     def __post_init__(self) -> None:
-        for name in _field_names(type(self)):
-            object.__setattr__(self, name, self.FIELDS[name].check(getattr(self, name), name, self))
+        for name, field, _, _ in _wire_fields(type(self)):
+            object.__setattr__(self, name, field.check(getattr(self, name), name, self))
 
     @classmethod
     def _decoded(cls: type[M], values: Mapping[str, Any], ring_check: bool = True) -> M:
@@ -133,8 +133,8 @@ class Message:
     def to_bytes(self) -> bytes:
         """The wire encoding of this message."""
         out: list[bytes | memoryview] = [_HEADER.pack(MAGIC, WIRE_VERSION, self.TYPE)]
-        for name in _field_names(type(self)):
-            self.FIELDS[name].put(getattr(self, name), out, self)
+        for name, field, _, _ in _wire_fields(type(self)):
+            field.put(getattr(self, name), out, self)
         return b"".join(out)
 
     def __eq__(self, other: object) -> bool:
