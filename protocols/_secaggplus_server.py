@@ -388,8 +388,9 @@ class SecAggPlusServer(ResumedUses):
             msg = got[c]
             if not self._vector_ok(c, msg, ph):
                 continue
-            if len(set(msg.complaints)) != len(msg.complaints) or not set(msg.complaints) <= set(
-                self.state.senders[c]
+            complaints = msg.complaints
+            if complaints and (
+                len(set(complaints)) != len(complaints) or not set(complaints) <= set(self.state.senders[c])
             ):
                 self._exclude(
                     c,
@@ -402,7 +403,7 @@ class SecAggPlusServer(ResumedUses):
         accused: dict[int, set[int]] = {}
         for c, msg in accepted.items():
             self.state.complaints[c] = msg.complaints
-            self.state.masked_with[c] = frozenset(self.state.senders[c]) - frozenset(msg.complaints)
+            self.state.masked_with[c] = frozenset(self.state.senders[c]).difference(msg.complaints)
             for v in msg.complaints:
                 accused.setdefault(v, set()).add(c)
         removed = self._judge_complaints(accused, set(accepted))
@@ -473,10 +474,11 @@ class SecAggPlusServer(ResumedUses):
         got = self.state.requested.get(u)
         if got is None:
             masked_with = self.state.masked_with[u] | {u}
-            got = self.state.requested[u] = (
-                tuple(sorted(masked_with & u3)),
-                tuple(sorted(masked_with & dead)),
-            )
+            if dead:
+                got = (tuple(sorted(masked_with & u3)), tuple(sorted(masked_with & dead)))
+            else:  # nobody dropped: everyone u masked with (a subset of U2) survived
+                got = (tuple(sorted(masked_with)), ())
+            self.state.requested[u] = got
         return got
 
     def _unmask_requests(self, to: Iterable[int]) -> Outgoing:
