@@ -224,20 +224,11 @@ def derive_key(
     return _hkdf(secret, info, length)
 
 
-def derive_keys(
-    secrets: Sequence[bytes | bytearray | memoryview],
-    purpose: str,
-    pairs: Sequence[tuple[int, int]],
-    *,
-    session_id: bytes = b"",
-    round_index: int = 0,
-    label: bytes | str = b"",
-) -> list[bytes]:
-    """:func:`derive_key` of ``secrets[i]`` for ``pairs[i]``, every other field shared (the same keys, with the
-    ``info`` strings built at once by :func:`hkdf_infos`)."""
-    if len(secrets) != len(pairs):
-        raise ConfigError(f"{len(secrets)} secrets for {len(pairs)} pairs")
-    infos = hkdf_infos(purpose, pairs, session_id=session_id, round_index=round_index, label=label)
+def derive_keys(secrets: Sequence[bytes | bytearray | memoryview], infos: Sequence[bytes]) -> list[bytes]:
+    """HKDF-SHA256 of ``secrets[i]`` with ``infos[i]`` (from :func:`hkdf_infos`): :func:`derive_key` for many
+    keys of one purpose, session and round, the ``info`` strings built at once."""
+    if len(secrets) != len(infos):
+        raise ConfigError(f"{len(secrets)} secrets for {len(infos)} info strings")
     return [_hkdf(s, info, KEY_BYTES) for s, info in zip(secrets, infos, strict=True)]
 
 

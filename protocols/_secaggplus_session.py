@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X
 from securefgl.errors import ReleaseRefusedError
 from securefgl.protocols import _shamir
 from securefgl.protocols._harary import SecretSharingGraph
-from securefgl.protocols._prg import KEY_BYTES, RandomSource, derive_key, derive_keys, hkdf_info
+from securefgl.protocols._prg import KEY_BYTES, RandomSource, derive_key, derive_keys, hkdf_info, hkdf_infos
 from securefgl.protocols._release import check_sum_range, refuse_small_sum
 from securefgl.protocols.base import Sums
 from securefgl.protocols.encoding import SumSchema
@@ -170,8 +170,9 @@ def self_key(seed: bytes | bytearray, sid: bytes, round_index: int, u: int) -> b
 
 def self_keys(seeds: Sequence[bytes], sid: bytes, round_index: int, owners: Sequence[int]) -> list[bytes]:
     """:func:`self_key` of every ``owners[i]`` from ``seeds[i]`` (the server's mask removal: one batch)."""
+    pairs = [(u, u) for u in owners]
     return derive_keys(
-        seeds, "self-mask", [(u, u) for u in owners], session_id=sid, round_index=round_index, label=b"vector"
+        seeds, hkdf_infos("self-mask", pairs, session_id=sid, round_index=round_index, label=b"vector")
     )
 
 

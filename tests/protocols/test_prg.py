@@ -421,12 +421,12 @@ def test_batch_derivation_equals_one_by_one() -> None:
     secrets.append(bytes(range(32)))
     kw = {"session_id": b"sid" * 11, "round_index": 7, "label": b"vector"}
     assert hkdf_infos("self-mask", pairs, **kw) == [hkdf_info("self-mask", pair=p, **kw) for p in pairs]
-    assert derive_keys(secrets, "self-mask", pairs, **kw) == [
+    assert derive_keys(secrets, hkdf_infos("self-mask", pairs, **kw)) == [
         derive_key(s, "self-mask", pair=p, **kw) for s, p in zip(secrets, pairs, strict=True)
     ]
     with pytest.raises(ConfigError, match="pair ids"):
         hkdf_infos("self-mask", [(0, 2**64)], **kw)
     with pytest.raises(ConfigError, match="at least 32 bytes"):
-        derive_keys([b"short"], "self-mask", [(1, 1)], **kw)
-    with pytest.raises(ConfigError, match="2 secrets for 1 pairs"):
-        derive_keys(secrets[:2], "self-mask", [(1, 1)], **kw)
+        derive_keys([b"short"], hkdf_infos("self-mask", [(1, 1)], **kw))
+    with pytest.raises(ConfigError, match="2 secrets for 1 info strings"):
+        derive_keys(secrets[:2], hkdf_infos("self-mask", [(1, 1)], **kw))
