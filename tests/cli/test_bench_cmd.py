@@ -125,7 +125,7 @@ def test_benchmark_drops_clients_at_their_upload_stage(name: str, phase: str) ->
 
 
 _RATIOS = {
-    "ckks": ["enc_x", "add_x", "dec_x", "enc+add+dec_x"],
+    "ckks": ["enc_x", "add_x", "dec_x", "enc+add+dec_x", "vs_fresh_x"],
     "ckks-bytes": ["ckks/plaintext", "ckks/float32", "ckks/secagg"],
     "dp": ["dp_overhead_x"],
 }
@@ -154,7 +154,8 @@ def test_cli_ckks_and_dp_sections() -> None:
     # The default key distribution: two key holders; the others get the (smaller) public context only.
     assert nbytes["key_holders"] == 2
     assert nbytes["key_down_other_B"] < nbytes["key_down_holder_B"] == nbytes["key_down_mean_all_holders_B"]
-    assert ckks["enc+add+dec_x_range"].count("-") == 1
+    assert ckks["enc+add+dec_x_range"].count("-") == 1 and ckks["vs_fresh_x_range"].count("-") == 1
+    assert all(ckks[f"fresh_{step}_ms"] > 0 for step in ("enc", "add", "dec"))
     dp = sections["dp"]
     assert [r["protocol"] for r in dp] == ["plaintext", "secagg", "secagg+", "ckks"]
     assert all(r["noise_per_client_ms"] > 0 and r["epsilon(1 round, delta 1e-5)"] > 0 for r in dp)
