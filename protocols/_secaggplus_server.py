@@ -484,12 +484,19 @@ class SecAggPlusServer(ResumedUses):
     def _unmask_requests(self, to: Iterable[int]) -> Outgoing:
         out = {}
         u3, gone = frozenset(self.state.u3), frozenset(self.state.dead)
+        # Clients with the same split get the same request (SecAgg on the complete graph: all of them when
+        # nobody dropped): encode each distinct one once.
+        encoded: dict[tuple[tuple[int, ...], tuple[int, ...]], bytes] = {}
         for u in to:
             alive, dead = self._split(u, u3, gone)
             if self.session is not None:
                 out[u] = self._resumed_unmask(u, alive, dead, (), ()).to_bytes()
                 continue
-            out[u] = UnmaskRequest(session_id=self.state.session_id, alive=alive, dead=dead).to_bytes()
+            request = encoded.get((alive, dead))
+            if request is None:
+                request = UnmaskRequest(session_id=self.state.session_id, alive=alive, dead=dead).to_bytes()
+                encoded[alive, dead] = request
+            out[u] = request
         return Outgoing(Stage.UNMASKING.value, out)
 
     def _after_consistency_check(self, replies: Sequence[tuple[int, bytes]]) -> Outgoing:

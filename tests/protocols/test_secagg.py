@@ -381,6 +381,25 @@ def test_server_view_holds_exactly_what_it_received() -> None:
     assert set(tr.phase_seconds) == set(STAGES)
 
 
+def test_unmask_requests_name_each_clients_own_split() -> None:
+    """Nobody dropped: on the complete graph every survivor is asked for the same split (encoded once,
+    the same bytes); with a client dropped before its input, each request names exactly the survivors and
+    the dropped client, and the sum is the survivors' exactly."""
+    schema = grid_schema()
+    contrib = grid_contributions(schema, list(range(6)))
+    _, _, out = run_until_unmask(SecAgg(), schema, contrib)
+    requests = {c: decode(p, UnmaskRequest) for c, p in out.messages.items()}
+    assert set(requests) == set(range(6)) and len(set(out.messages.values())) == 1
+    assert all(r.alive == tuple(range(6)) and r.dead == () for r in requests.values())
+    plan = DropoutPlan({4: "masked_input"})
+    sums, tr = SecAgg().aggregate(schema, contrib, dropouts=plan)
+    asked = {c: [decode(r.payload) for r in tr.view(c) if r.phase == "unmasking"] for c in range(6)}
+    assert asked[4] == [] and all(len(asked[c]) == 1 for c in (0, 1, 2, 3, 5))
+    asked = {c: m[0] for c, m in asked.items() if m}
+    assert all(m.alive == (0, 1, 2, 3, 5) and m.dead == (4,) for m in asked.values())
+    assert_exact(sums, plain_sum(schema, contrib, [0, 1, 2, 3, 5]))
+
+
 def test_curious_server_asking_for_both_share_kinds_is_refused() -> None:
     schema = grid_schema()
     contrib = grid_contributions(schema, list(range(5)))
