@@ -391,15 +391,17 @@ def _refuse_unused_protocol(cfg: Any, asked: str | None) -> None:
 
 
 def _check_protocol(cfg: Any) -> None:
-    """Build the run's protocol now, so that bad protocol or DP options are one line before any progress
-    bar, and refuse a dropout rate that leaves fewer clients than it needs in every round."""
+    """Build the run's protocol now, so that bad protocol or DP options (or rounds smaller than the smallest sum
+    it releases) are one line before any progress bar, and refuse a dropout rate that leaves fewer clients
+    than it needs in every round."""
     from securefgl.algorithms.registry import get_algorithm
-    from securefgl.engine.runner import build_run_protocol
+    from securefgl.engine.runner import build_run_protocol, check_round_size
 
     if not get_algorithm(cfg.algorithm.name).uses_protocol:
         return
     per_round = cfg.train.clients_in_round(cfg.partition.clients)
     protocol = build_run_protocol(cfg, per_round, cfg.partition.clients)  # what the run will build
+    check_round_size(protocol, cfg.protocol.spec, per_round)
     rate = float(cfg.protocol.dropout)
     if rate <= 0:
         return

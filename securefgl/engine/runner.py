@@ -58,6 +58,7 @@ __all__ = [
     "SeedResult",
     "broadcast_nbytes",
     "build_run_protocol",
+    "check_round_size",
     "grid_rng",
     "make_setting",
     "phase_rounds",
@@ -198,6 +199,7 @@ class _Run:
         self.protocol: Protocol | None = None
         if self.algorithm.uses_protocol:
             self.protocol = build_run_protocol(config, self.per_round, self.k_all)
+            check_round_size(self.protocol, config.protocol.spec, self.per_round)
         self.clients, state, broadcast, self.sampling_rng = start_seed(self.algorithm, fg, seed, device)
         # Evaluation sums: the run's protocol without DP noise (no block of it is noised); an algorithm that
         # never communicates has no server, and its experimenter sums the counts in plaintext.
@@ -572,7 +574,11 @@ def _plaintext() -> Protocol:
 
 
 def build_run_protocol(config: RunConfig, per_round: int, k_all: int) -> Protocol:
-    """The run's protocol; a ``+dp`` target epsilon lasts ``train.rounds`` rounds unless told otherwise."""
+    """The run's protocol; a ``+dp`` target epsilon lasts ``train.rounds`` rounds unless told otherwise.
+
+    Raises:
+        ConfigError: bad protocol or DP options.
+    """
     from securefgl.protocols.registry import get_protocol
 
     options = dict(config.protocol.options)
@@ -586,14 +592,40 @@ def build_run_protocol(config: RunConfig, per_round: int, k_all: int) -> Protoco
             # Amplification only for the sampler the accountant assumes (clients' own Poisson coins).
             options["dp_sampler"] = "poisson" if config.train.client_sampling == "poisson" else "server"
         try:
-            return get_protocol(spec, **options)
+            protocol = get_protocol(spec, **options)
         except ConfigError as exc:
             raise ConfigError(
                 f"{exc} (DP options go in protocol.options with a dp_ prefix, e.g. --set "
                 "protocol.options.dp_min_contributors=9 --set protocol.options.dp_clip_norm=1.0 --set "
                 "protocol.options.dp_epsilon=8)"
             ) from exc
-    return get_protocol(spec, **options)
+    else:
+        protocol = get_protocol(spec, **options)
+    return protocol
+
+
+def check_round_size(protocol: Protocol, spec: Any, per_round: int) -> None:
+    """Refuse a simulated run whose rounds are smaller than the smallest sum the protocol (or its DP wrapper)
+    releases, before any training (a deployment leaves that refusal to the clients, who enforce it).
+
+    Raises:
+        ConfigError: ``per_round`` below ``min_contributors``.
+    """
+    inner = getattr(protocol, "base", protocol)
+    floors = [getattr(p, "min_contributors", None) for p in (protocol, inner)]
+    smallest = max((m for m in floors if isinstance(m, int)), default=1)
+    if per_round >= smallest:
+        return
+    other = (
+        "--protocol plaintext for a federation of one"
+        if per_round == 1
+        else f"--set protocol.options.dp_min_contributors={per_round} (DP's noise floor is set for that many)"
+    )
+    raise ConfigError(
+        f"--protocol {spec} releases no sum of fewer than {smallest} inputs (min_contributors), and every "
+        f"round has {per_round} client(s): the first sum would be refused. Use at least {smallest} clients per "
+        f"round (--clients, train.clients_per_round), or {other}"
+    )
 
 
 def federation_edge_index(fg: Any) -> torch.Tensor:

@@ -152,6 +152,24 @@ def test_dropout_that_can_never_succeed_is_refused_before_the_run(cli) -> None:
     res.one_error_line(2, "--dropout 0.5", "threshold 6", "--dropout <= 0.40")
 
 
+@pytest.mark.parametrize(
+    ("args", "needles"),
+    [
+        (["--protocol", "secagg", "--clients", "1"], ["fewer than 2 inputs", "1 client(s)", "plaintext"]),
+        (["--protocol", "ckks", "--clients", "1"], ["--protocol ckks", "fewer than 2 inputs"]),
+        (
+            ["--protocol", "secagg+dp", "--clients", "3", "--set", "protocol.options.dp_min_contributors=5",
+             "--set", "protocol.options.dp_epsilon=8", "--set", "protocol.options.dp_clip_norm=1.0"],
+            ["fewer than 5 inputs", "3 client(s)", "dp_min_contributors=3"],
+        ),
+    ],
+)  # fmt: skip
+def test_rounds_smaller_than_the_smallest_released_sum_are_refused_before_the_run(
+    cli, args: list[str], needles: list[str]
+) -> None:
+    cli(["run", "--no-save", *SMALL, *args]).one_error_line(2, *needles)
+
+
 def test_protocol_of_an_algorithm_that_never_communicates_is_refused(cli) -> None:
     res = cli(["run", "--algorithm", "centralized", "--protocol", "secagg", "--no-save", *SMALL])
     res.one_error_line(3, "never communicates", "--protocol secagg")

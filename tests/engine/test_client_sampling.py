@@ -3,9 +3,12 @@ coins, and the DP accountant told which one ran."""
 
 from __future__ import annotations
 
+import pytest
+
 import securefgl
 from securefgl.config import RunConfig, build
 from securefgl.engine.runner import build_run_protocol
+from securefgl.errors import ConfigError
 
 
 def _config(sampling: str, protocol: str = "plaintext", rounds: int = 12) -> dict:
@@ -59,3 +62,11 @@ def test_dp_accountant_amplifies_only_for_the_clients_own_coins():
     assert dp_fixed.sampler == "server" and dp_poisson.sampler == "poisson"
     assert dp_fixed.accounting_rate == 1.0  # a cohort the server draws is never reported as amplified
     assert dp_poisson.accounting_rate == 0.5
+
+
+def test_a_library_run_with_rounds_below_the_smallest_released_sum_is_refused_before_training():
+    config = _config("fixed", "secagg+")
+    config["train"]["clients_per_round"] = 1
+    with pytest.raises(ConfigError, match="fewer than 2 inputs .* 1 client"):
+        securefgl.run(config, seeds=[0])
+    assert build_run_protocol(build(RunConfig, config), 2, 6).min_contributors == 2
