@@ -14,8 +14,8 @@ The runs are ``securefgl run --algorithm fedavg --dataset Cora --clients K --loc
 
 Per round (median over the rounds after ``--warmup``): the wall time split into train / crypto (the
 training sum) / eval (scoring and the evaluation sum), and the ratio to plaintext. The configurations run
-interleaved, ``--repeats`` times each, and the medians are over all their rounds, so load on a shared
-machine hits them alike.
+interleaved, ``--repeats`` times each (in reverse order on every second repeat, so that no configuration
+always runs first), and the medians are over all their rounds, so load on a shared machine hits them alike.
 
 **The floor.** Whatever the protocol, every sum of a round costs each client one keystream per pairwise mask
 and one for its self mask, and the server one per survivor's self mask, each as long as the masked vector.
@@ -129,8 +129,10 @@ def main() -> None:
     for k in (int(x) for x in args.clients.split(",")):
         rows: dict[str, list[dict[str, float]]] = {name: [] for name in CONFIGS}
         floors: dict[str, list[tuple[float, float]]] = {name: [] for name in CONFIGS}
-        for _ in range(args.repeats):
-            for name in CONFIGS:
+        for rep in range(args.repeats):
+            # every second repeat in reverse: no configuration always runs first
+            order = list(CONFIGS) if rep % 2 == 0 else list(reversed(CONFIGS))
+            for name in order:
                 per_round, round_sums = _run(name, k, args.rounds, args.epochs)
                 rows[name] += per_round[args.warmup :]
                 if name != "plaintext":
