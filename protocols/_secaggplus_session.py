@@ -193,10 +193,21 @@ def private_key(random: RandomSource) -> X25519PrivateKey:
     return X25519PrivateKey.from_private_bytes(random(KEY_BYTES))
 
 
+#: The private key every :func:`key_is_usable` probe exchanges with (drawn once per process from the OS
+#: CSPRNG; the shared secrets it yields are discarded).
+_PROBE_KEY = X25519PrivateKey.generate()
+
+
 def key_is_usable(pk: bytes) -> bool:
-    """Whether a public key gives a non-degenerate X25519 exchange (not a low-order point)."""
+    """Whether a public key gives a non-degenerate X25519 exchange (not a low-order point).
+
+    One probe key serves every check: a clamped X25519 scalar is a multiple of 8 below :math:`2^{255}`, so
+    it is never a multiple of the large prime order of the curve's or its twist's main subgroup, and the
+    exchange yields the all-zero secret (``ValueError``) exactly when the point's order divides 8, whichever
+    scalar probes it (a fresh key per check cost a key generation, 20 us, per advertised key).
+    """
     try:
-        X25519PrivateKey.generate().exchange(X25519PublicKey.from_public_bytes(pk))
+        _PROBE_KEY.exchange(X25519PublicKey.from_public_bytes(pk))
     except ValueError:
         return False
     return True

@@ -407,3 +407,37 @@ def test_running_sum_takes_back_the_pieces_of_a_vector_outside_the_ring(bad_at: 
         assert running.add_all(msgs, workers) == [2]
         expected = (vecs[0].astype(np.uint64) + vecs[1] + vecs[3]).astype(np.uint32)
         assert np.array_equal(running.total, expected) and set(running.vectors) == {0, 1, 3}
+
+
+#: The encodings of Curve25519's points of order 1, 2, 4 and 8 and their non-canonical forms (u + p), as
+#: little-endian u-coordinates (the list libsodium refuses).
+_P25519 = 2**255 - 19
+_SMALL_ORDER = [
+    0,
+    1,
+    325606250916557431795983626356110631294008115727848805560023387167927233504,
+    39382357235489614581723060781553021112529911719440698176882885853963445705823,
+    _P25519 - 1,
+    _P25519,
+    _P25519 + 1,
+]
+
+
+def test_key_is_usable_refuses_exactly_the_low_order_points_as_a_fresh_key_would() -> None:
+    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+
+    from securefgl.protocols._secaggplus_session import key_is_usable
+
+    def fresh_key_says(pk: bytes) -> bool:
+        try:
+            X25519PrivateKey.generate().exchange(X25519PublicKey.from_public_bytes(pk))
+        except ValueError:
+            return False
+        return True
+
+    small = [u.to_bytes(32, "little") for u in _SMALL_ORDER]
+    honest = [X25519PrivateKey.generate().public_key().public_bytes_raw() for _ in range(50)]
+    assert [key_is_usable(pk) for pk in small] == [False] * len(small)
+    assert all(key_is_usable(pk) for pk in honest)
+    for pk in small + honest:
+        assert key_is_usable(pk) == fresh_key_says(pk)
