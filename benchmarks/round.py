@@ -32,6 +32,10 @@ pairwise masks alone.
 Usage::
 
     python benchmarks/round.py [--clients 10,100] [--rounds 8] [--warmup 2] [--repeats 2] [--epochs 3]
+        [--no-tune-allocator]
+
+Like ``securefgl run``, it raises glibc's mmap threshold first
+(:func:`securefgl.training.device.tune_cpu_allocator`), unless ``--no-tune-allocator``.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ import securefgl
 from securefgl.benchmarking import prg_floor_seconds
 from securefgl.engine.hooks import AggregateEvent, RunHooks
 from securefgl.protocols.secaggplus import ClipLayout, SecAggPlus
+from securefgl.training.device import tune_cpu_allocator
 
 CONFIGS: dict[str, dict[str, Any]] = {
     "plaintext": {"name": "plaintext"},
@@ -114,12 +119,19 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=2, help="rounds left out of the medians (default 2)")
     ap.add_argument("--repeats", type=int, default=2, help="runs per configuration, interleaved (default 2)")
     ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument(
+        "--no-tune-allocator",
+        action="store_true",
+        help="leave glibc's mmap threshold alone (securefgl run tunes it; see training.device.tune_cpu_allocator)",
+    )
     args = ap.parse_args()
+    tuned = False if args.no_tune_allocator else tune_cpu_allocator()  # as `securefgl run` does
     torch.set_num_threads(1)
     workers = SecAggPlus().workers
     print(
         f"# {os.cpu_count()} CPUs, torch {torch.__version__}, training on 1 thread, masks expanded on {workers} "
-        f"(the protocol's workers); medians over rounds after {args.warmup}"
+        f"(the protocol's workers); medians over rounds after {args.warmup}; CPU allocator "
+        f"{'tuned' if tuned else 'default'} (every configuration)"
     )
     print(
         f"| K | configuration | round | train | crypto | eval | vs plaintext | prg floor, 1 / {workers} threads "
