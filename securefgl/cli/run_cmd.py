@@ -395,7 +395,7 @@ def _check_protocol(cfg: Any) -> None:
     it releases) are one line before any progress bar, and refuse a dropout rate that leaves fewer clients
     than it needs in every round."""
     from securefgl.algorithms.registry import get_algorithm
-    from securefgl.engine.runner import build_run_protocol, check_round_size
+    from securefgl.engine.run_protocol import build_run_protocol, check_round_size
 
     if not get_algorithm(cfg.algorithm.name).uses_protocol:
         return

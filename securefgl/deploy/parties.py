@@ -71,13 +71,13 @@ def check_deployable(base: str) -> None:
 
 
 def deployed_protocol(config: RunConfig, num_clients: int, *, client_side: bool = False) -> Protocol:
-    """The run's protocol as the simulation builds it (:func:`~securefgl.engine.runner.build_run_protocol`),
+    """The run's protocol as the simulation builds it (:func:`~securefgl.engine.run_protocol.build_run_protocol`),
     without transcript views. ``client_side`` drops the identity options of the server's config.
 
     Raises:
         UnsupportedCombinationError: the base protocol is not one of :data:`DEPLOYABLE_PROTOCOLS`.
     """
-    from securefgl.engine.runner import build_run_protocol
+    from securefgl.engine.run_protocol import build_run_protocol
 
     check_deployable(config.protocol.spec.base)
     options = dict(config.protocol.options)

@@ -37,6 +37,7 @@ from securefgl.engine.hooks import (
 )
 from securefgl.engine.metrics import client_metrics
 from securefgl.engine.records import EvalRecord, RoundRecord, SeedResult
+from securefgl.engine.run_protocol import build_run_protocol, check_round_size, plaintext_protocol
 from securefgl.engine.seeding import seed_streams, server_generator, torch_generator
 from securefgl.engine.server import FederationServer
 from securefgl.errors import (
@@ -57,8 +58,6 @@ __all__ = [
     "RoundRecord",
     "SeedResult",
     "broadcast_nbytes",
-    "build_run_protocol",
-    "check_round_size",
     "grid_rng",
     "make_setting",
     "phase_rounds",
@@ -204,7 +203,7 @@ class _Run:
         # Evaluation sums: the run's protocol without DP noise (no block of it is noised); an algorithm that
         # never communicates has no server, and its experimenter sums the counts in plaintext.
         inner = self.protocol.base if isinstance(self.protocol, DistributedDP) else self.protocol
-        self.eval_protocol: Protocol = inner if inner is not None else _plaintext()
+        self.eval_protocol: Protocol = inner if inner is not None else plaintext_protocol()
         self.eval_schema = evaluation_schema(
             self.setting.count_bound, self.k_all, num_classes=self.setting.num_classes
         )
@@ -565,67 +564,6 @@ class _Run:
         record.eval_seconds = time.perf_counter() - t0
         self.result.evals.append(ev)
         return ev, improved
-
-
-def _plaintext() -> Protocol:
-    from securefgl.protocols.registry import get_protocol
-
-    return get_protocol("plaintext")
-
-
-def build_run_protocol(config: RunConfig, per_round: int, k_all: int) -> Protocol:
-    """The run's protocol; a ``+dp`` target epsilon lasts ``train.rounds`` rounds unless told otherwise.
-
-    Raises:
-        ConfigError: bad protocol or DP options.
-    """
-    from securefgl.protocols.registry import get_protocol
-
-    options = dict(config.protocol.options)
-    spec = config.protocol.spec
-    if spec.dp:
-        if "dp_epsilon" in options and "dp_rounds" not in options:
-            options["dp_rounds"] = int(config.train.rounds)
-        if "dp_sample_rate" not in options and per_round < k_all:
-            options["dp_sample_rate"] = per_round / k_all
-        if "dp_sampler" not in options:
-            # Amplification only for the sampler the accountant assumes (clients' own Poisson coins).
-            options["dp_sampler"] = "poisson" if config.train.client_sampling == "poisson" else "server"
-        try:
-            protocol = get_protocol(spec, **options)
-        except ConfigError as exc:
-            raise ConfigError(
-                f"{exc} (DP options go in protocol.options with a dp_ prefix, e.g. --set "
-                "protocol.options.dp_min_contributors=9 --set protocol.options.dp_clip_norm=1.0 --set "
-                "protocol.options.dp_epsilon=8)"
-            ) from exc
-    else:
-        protocol = get_protocol(spec, **options)
-    return protocol
-
-
-def check_round_size(protocol: Protocol, spec: Any, per_round: int) -> None:
-    """Refuse a simulated run whose rounds are smaller than the smallest sum the protocol (or its DP wrapper)
-    releases, before any training (a deployment leaves that refusal to the clients, who enforce it).
-
-    Raises:
-        ConfigError: ``per_round`` below ``min_contributors``.
-    """
-    inner = getattr(protocol, "base", protocol)
-    floors = [getattr(p, "min_contributors", None) for p in (protocol, inner)]
-    smallest = max((m for m in floors if isinstance(m, int)), default=1)
-    if per_round >= smallest:
-        return
-    other = (
-        "--protocol plaintext for a federation of one"
-        if per_round == 1
-        else f"--set protocol.options.dp_min_contributors={per_round} (DP's noise floor is set for that many)"
-    )
-    raise ConfigError(
-        f"--protocol {spec} releases no sum of fewer than {smallest} inputs (min_contributors), and every "
-        f"round has {per_round} client(s): the first sum would be refused. Use at least {smallest} clients per "
-        f"round (--clients, train.clients_per_round), or {other}"
-    )
 
 
 def federation_edge_index(fg: Any) -> torch.Tensor:

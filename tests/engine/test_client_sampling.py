@@ -7,7 +7,7 @@ import pytest
 
 import securefgl
 from securefgl.config import RunConfig, build
-from securefgl.engine.runner import build_run_protocol
+from securefgl.engine.run_protocol import build_run_protocol
 from securefgl.errors import ConfigError
 
 
