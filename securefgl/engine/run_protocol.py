@@ -41,16 +41,14 @@ def build_run_protocol(config: RunConfig, per_round: int, k_all: int) -> Protoco
             # Amplification only for the sampler the accountant assumes (clients' own Poisson coins).
             options["dp_sampler"] = "poisson" if config.train.client_sampling == "poisson" else "server"
         try:
-            protocol = get_protocol(spec, **options)
+            return get_protocol(spec, **options)
         except ConfigError as exc:
             raise ConfigError(
                 f"{exc} (DP options go in protocol.options with a dp_ prefix, e.g. --set "
                 "protocol.options.dp_min_contributors=9 --set protocol.options.dp_clip_norm=1.0 --set "
                 "protocol.options.dp_epsilon=8)"
             ) from exc
-    else:
-        protocol = get_protocol(spec, **options)
-    return protocol
+    return get_protocol(spec, **options)
 
 
 def check_round_size(protocol: Protocol, spec: Any, per_round: int) -> None:
