@@ -76,7 +76,9 @@ def _run(
 
     def on_aggregate(ev: AggregateEvent) -> None:
         tr = ev.transcript
-        if tr is None or "degree" not in tr.extra:
+        # A carried evaluation shares the training sum's protocol run (counted once; the floor leaves out its
+        # few dozen limbs, a conservative floor).
+        if tr is None or "degree" not in tr.extra or ev.carried:
             return
         n, degree = len(tr.survivors), int(tr.extra["degree"])
         if tr.extra.get("optimistic_use"):

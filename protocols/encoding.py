@@ -72,7 +72,7 @@ from securefgl.protocols._fixed_point import (
     max_encoded_magnitudes,
     ring_bits_for,
 )
-from securefgl.protocols._release import release_sums
+from securefgl.protocols._release import check_sum_range, release_sums
 from securefgl.protocols._ring import (
     centred_lift,
     default_rng,
@@ -102,6 +102,7 @@ __all__ = [
     "RoundingBits",
     "SumSchema",
     "centred_lift",
+    "check_sum_range",
     "default_rng",
     "ring_add",
     "ring_from_bytes",

@@ -60,6 +60,11 @@ class TrainConfig:
             the initialisation the public run seed gives) and refuses, with
             :class:`~securefgl.errors.SuspiciousModelError`, a broadcast that differs: the defence against a
             server that sends crafted models (:mod:`securefgl.engine.broadcast_check`). (default: ``False``)
+        eval_in_next_sum: Carry an evaluation's counts in the next round's training sum instead of a protocol
+            run of their own (:mod:`securefgl.engine.eval_rider`): the same sums, one secure sum per round
+            instead of two. It applies where the next round is one server-bound sum of every client, without
+            early stopping (``patience``), dropouts or DP; the last round's evaluation always runs alone. A
+            deployment then puts the evaluation in the next round's Flower steps. (default: ``True``)
     """
 
     rounds: int = 50
@@ -79,6 +84,7 @@ class TrainConfig:
     epochs: int | None = None
     max_failed_rounds: int = 5
     check_broadcast: bool = False
+    eval_in_next_sum: bool = True
 
     def __post_init__(self) -> None:
         if self.rounds < 1:
@@ -107,6 +113,8 @@ class TrainConfig:
             raise ConfigError(f"train.epochs must be >= 1 or none, got {self.epochs}")
         if not isinstance(self.check_broadcast, bool):
             raise ConfigError(f"train.check_broadcast must be true or false, got {self.check_broadcast!r}")
+        if not isinstance(self.eval_in_next_sum, bool):
+            raise ConfigError(f"train.eval_in_next_sum must be true or false, got {self.eval_in_next_sum!r}")
         if self.max_failed_rounds < 1:
             raise ConfigError(f"train.max_failed_rounds must be >= 1, got {self.max_failed_rounds}")
 

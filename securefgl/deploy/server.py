@@ -297,12 +297,13 @@ class DeployedRun:
         self._finish(rec, broadcast)
 
     def _rounds_phase(self, phase: Phase) -> None:
-        """The phase's rounds. Without early stopping (``train.patience`` unset) the evaluation of a round's
-        broadcast rides in the next round's first step (the clients evaluate, then train: the order of the
-        simulation), so a round costs the protocol's stages and nothing more; the last one is evaluated alone."""
+        """The phase's rounds. Without early stopping (``train.patience`` unset; ``train.eval_in_next_sum``)
+        the evaluation of a round's broadcast rides in the next round's first step (the clients evaluate, then
+        train: the order of the simulation), so a round costs the protocol's stages and nothing more; the last
+        one is evaluated alone. (Its sum is still a protocol run of its own, inside those steps.)"""
         train = self.config.train
         num_rounds = phase_rounds(phase, train)
-        fuse = train.patience is None
+        fuse = train.patience is None and train.eval_in_next_sum
         best: EvalRecord | None = None
         due: _EvalDue | None = None
         for r in range(num_rounds):

@@ -87,6 +87,10 @@ class AggregateEvent:
         sums: The released sums, or ``None`` when the protocol aborted.
         transcript: The protocol's transcript (also on an abort, when the protocol attached one).
         error: The protocol error of an abort, else ``None``.
+        carried: An evaluation sum carried in the round's training sum (:mod:`securefgl.engine.eval_rider`):
+            one protocol run served both, so its ``transcript`` is the training sum's (count it once). Each of
+            the two is reported with its own schema, uploads and sums, as if it had run alone; the transcript's
+            vectors hold the training blocks first, then the evaluation's limbs.
     """
 
     rs: RoundState
@@ -97,6 +101,7 @@ class AggregateEvent:
     sums: Sums | None
     transcript: Transcript | None
     error: BaseException | None = None
+    carried: bool = False
 
     @property
     def is_evaluation(self) -> bool:

@@ -5,7 +5,8 @@ upload goes through ``protocol.aggregate`` (with the round's dropout plan); the 
 the released :class:`~securefgl.protocols.base.Sums` and nothing else. Per round it records the training
 loss, bytes up and down per client (from the protocol transcripts plus the broadcast), the time spent in
 client training, in the protocol ("crypto") and in the server step, and, every ``eval_every`` rounds, the
-metrics of :mod:`securefgl.engine.metrics`. A NaN/Inf loss or upload stops the run with
+metrics of :mod:`securefgl.engine.metrics`, read from a sum of every client's counts (carried in the next round's
+training sum where it can: :mod:`securefgl.engine.eval_rider`). A NaN/Inf loss or upload stops the run with
 :class:`~securefgl.errors.NonFiniteError` naming the client and the round; the records so far stay
 available on the exception (``exc.partial``) so that callers can write them to disk.
 """
@@ -21,11 +22,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from securefgl.algorithms.base import Algorithm, Client, Phase, RoundState, Setting, SumRequest
-from securefgl.algorithms.registry import create_algorithm, get_algorithm
+from securefgl.algorithms.base import Algorithm, Client, Phase, RoundState, SumRequest
+from securefgl.algorithms.registry import create_algorithm
 from securefgl.config.run import RunConfig
-from securefgl.data.cross_edges import attach_cross_edges
 from securefgl.engine.broadcast_check import BroadcastVerifier
+from securefgl.engine.eval_rider import RIDER_BLOCK, EvalRider, PendingEvaluation
 from securefgl.engine.evaluation import EVAL_KEY, evaluation_contribution, evaluation_schema
 from securefgl.engine.hooks import (
     AggregateEvent,
@@ -38,7 +39,8 @@ from securefgl.engine.hooks import (
 from securefgl.engine.metrics import client_metrics
 from securefgl.engine.records import EvalRecord, RoundRecord, SeedResult
 from securefgl.engine.run_protocol import build_run_protocol, check_round_size, plaintext_protocol
-from securefgl.engine.seeding import seed_streams, server_generator, torch_generator
+from securefgl.engine.seed_start import federation_edge_index, make_setting, start_seed
+from securefgl.engine.seeding import server_generator
 from securefgl.engine.server import FederationServer
 from securefgl.errors import (
     ConfigError,
@@ -58,6 +60,7 @@ __all__ = [
     "RoundRecord",
     "SeedResult",
     "broadcast_nbytes",
+    "federation_edge_index",
     "grid_rng",
     "make_setting",
     "phase_rounds",
@@ -219,6 +222,8 @@ class _Run:
         self.failed_in_a_row = 0  # consecutive aborted rounds (train.max_failed_rounds ends the run)
         # The broadcast the clients were last charged for (a local phase charges an undelivered one).
         self.delivered: Mapping[str, torch.Tensor] | None = None
+        # Training schema -> the rider that carries an evaluation in it (None: it cannot), built once each.
+        self._riders: dict[SumSchema, EvalRider | None] = {}
 
     def execute(self) -> None:
         self.hooks.start(StartEvent(self.algorithm, tuple(self.phases), self.setting, self.seed))
@@ -258,15 +263,20 @@ class _Run:
             c.losses.clear()
         if phase.evaluate:
             rs = RoundState(phase.name, 0, self.global_round, tuple(ids), broadcast, 1)
-            ev, _ = self._evaluate(rs, broadcast, rec, select=False)
+            ev, _ = self._evaluate(PendingEvaluation(rs, broadcast, rec, select=False))
             self.hooks.evaluate(EvaluateEvent(rs, ev.overall, ev.per_client, True))
             self.result.final = ev
         self._finish(rec, broadcast)
 
     def _rounds_phase(self, phase: Phase) -> None:
+        """The phase's rounds. Where :meth:`_fuses` allows, a round's evaluation is scored at the start of the
+        next round and its counts ride in that round's training sum; the round is reported (``on_round``)
+        once its evaluation is in. The last round is evaluated on its own."""
         train = self.config.train
         num_rounds = phase_rounds(phase, train, self.max_rounds)
+        fuse = self._fuses(phase)
         best: EvalRecord | None = None
+        due: PendingEvaluation | None = None
         for r in range(num_rounds):
             if phase.sample and self.per_round < self.k_all:
                 invited = self._draw_cohort()
@@ -277,26 +287,75 @@ class _Run:
             )
             self.hooks.round_start(RoundStartEvent(phase.name, r, num_rounds, self.done, self.total))
             if not invited:  # an empty Poisson cohort: nobody takes part, nothing is released
+                if due is not None:
+                    best = self._settle(due, best)
+                    due = None
                 rec = RoundRecord(phase.name, r, self.global_round, [], float("nan"), {}, {}, 0.0, 0.0, 0.0)
                 self.result.report.setdefault("empty_rounds", []).append(self.global_round)
                 self.global_round += 1
                 self._finish(rec, self.server.broadcast)
                 continue
-            record, broadcast = self._round_or_skip(rs, [self.clients[i] for i in invited])
+            try:
+                record, broadcast = self._round_or_skip(rs, [self.clients[i] for i in invited], due)
+            except BaseException as exc:
+                if due is not None:  # the evaluated round is complete: keep it in the partial records
+                    self._keep(due, evaluate=isinstance(exc, SecureFGLError))
+                raise
+            if due is not None:
+                best = self._settle(due, best)
+                due = None
             if any(record.bytes_down.values()):
                 self.delivered = rs.broadcast
-            if phase.evaluate and ((r + 1) % train.eval_every == 0 or r == num_rounds - 1):
-                ev, improved = self._evaluate(rs, broadcast, record)
-                if improved:
-                    best = ev
-                self.hooks.evaluate(EvaluateEvent(rs, ev.overall, ev.per_client, improved))
             self.global_round += 1
-            self._finish(record, broadcast)
-            if phase.evaluate and self.server.should_stop:
+            if not (phase.evaluate and ((r + 1) % train.eval_every == 0 or r == num_rounds - 1)):
+                self._finish(record, broadcast)
+                continue
+            due = PendingEvaluation(rs, broadcast, record)
+            if fuse and r < num_rounds - 1:
+                continue
+            best = self._settle(due, best)
+            due = None
+            if self.server.should_stop:
                 self.result.stopped_early[phase.name] = r
                 break
         if phase.evaluate and self.result.evals:
             self.result.final = best if (train.select_best and best is not None) else self.result.evals[-1]
+
+    def _fuses(self, phase: Phase) -> bool:
+        """Whether this phase's evaluations wait for the next round's training sum (``train.eval_in_next_sum``).
+
+        Not with early stopping (the decision to stop would come a round late), dropouts (a dropped client's
+        counts would be missing), DP (its noise and minimum contributors are for training), sampled rounds
+        (the evaluation counts every client), or an algorithm without a protocol.
+        """
+        train, protocol = self.config.train, self.protocol
+        return (
+            train.eval_in_next_sum
+            and train.patience is None
+            and protocol is not None
+            and not isinstance(protocol, DistributedDP)
+            and self.config.protocol.dropout == 0
+            and not (phase.sample and self.per_round < self.k_all)
+        )
+
+    def _keep(self, due: PendingEvaluation, *, evaluate: bool) -> None:
+        """After the next round failed: finish the evaluated round, evaluated on its own sum if ``evaluate``
+        and that works (an interrupted run keeps it without metrics)."""
+        if evaluate:
+            try:
+                self._settle(due, None)
+                return
+            except SecureFGLError:
+                pass
+        self._finish(due.record, due.broadcast)
+
+    def _settle(self, due: PendingEvaluation, best: EvalRecord | None) -> EvalRecord | None:
+        """Finish an evaluated round (on its own sum if it did not ride): report its evaluation, then the
+        round itself. Returns the phase's best evaluation so far."""
+        ev, improved = due.outcome if due.outcome is not None else self._evaluate(due)
+        self.hooks.evaluate(EvaluateEvent(due.rs, ev.overall, ev.per_client, improved))
+        self._finish(due.record, due.broadcast)
+        return ev if improved else best
 
     def _draw_cohort(self) -> list[int]:
         """The clients of a sampled round (``train.client_sampling``).
@@ -318,17 +377,18 @@ class _Run:
         return [c for c in range(self.k_all) if self._client_coins[c].random() < q]
 
     def _round_or_skip(
-        self, rs: RoundState, invited: list[Client]
+        self, rs: RoundState, invited: list[Client], due: PendingEvaluation | None = None
     ) -> tuple[RoundRecord, Mapping[str, torch.Tensor]]:
         """:meth:`_round`, except that a round whose protocol aborts for lack of survivors is skipped.
 
         As FL servers tolerate failed rounds, a :class:`ThresholdError` or :class:`ReleaseRefusedError` leaves the
         server state and broadcast as they were, is listed in ``report["aborted_rounds"]`` and gives a record
         without loss or bytes; ``train.max_failed_rounds`` consecutive aborted rounds end the run with the last
-        abort. Any other protocol error (a misbehaving party) still ends the run at once.
+        abort. Any other protocol error (a misbehaving party) still ends the run at once. An evaluation ``due``
+        that rode in an aborted sum is summed on its own when it is settled.
         """
         try:
-            record, broadcast = self._round(rs, invited)
+            record, broadcast = self._round(rs, invited, due)
         except (ThresholdError, ReleaseRefusedError) as exc:
             self.failed_in_a_row += 1
             limit = self.config.train.max_failed_rounds
@@ -368,8 +428,14 @@ class _Run:
 
     # ------------------------------------------------------------------ one round ------------------------
 
-    def _round(self, rs: RoundState, invited: list[Client]) -> tuple[RoundRecord, Mapping[str, torch.Tensor]]:
-        """Client steps, one protocol run per sum request, the server step; returns the record and broadcast."""
+    def _round(
+        self, rs: RoundState, invited: list[Client], due: PendingEvaluation | None = None
+    ) -> tuple[RoundRecord, Mapping[str, torch.Tensor]]:
+        """(The clients score the evaluation ``due``,) client steps, one protocol run per sum request (the
+        evaluation riding in the training sum where it can), the server step; returns the record and broadcast.
+        """
+        if due is not None:
+            self._score(due)
         algorithm = self.algorithm
         requests = list(algorithm.requests(rs))
         ids = [c.id for c in invited]
@@ -399,10 +465,15 @@ class _Run:
             0.0,
         )
         if not requests:
+            if due is not None:
+                due.outcome = self._evaluate(due)
             return record, rs.broadcast
         if self.protocol is None:
             raise TrainingError(f"algorithm {algorithm.name!r} declared a sum but uses no protocol")
-        server_sums = self._sums(rs, requests, outs, ids, record)
+        rider = self._rider(requests, ids) if due is not None else None
+        server_sums = self._sums(rs, requests, outs, ids, record, due if rider is not None else None, rider)
+        if due is not None:  # the server reads the evaluation before its step, as when it ran first
+            due.outcome = self._evaluate(due)
         if server_sums:
             t2 = time.perf_counter()
             self.server.step(server_sums, requests, rs)
@@ -418,8 +489,14 @@ class _Run:
         outs: Mapping[int, Any],
         ids: list[int],
         record: RoundRecord,
+        due: PendingEvaluation | None = None,
+        rider: EvalRider | None = None,
     ) -> dict[str, Sums]:
-        """Run every sum request of the round; deliver designated sums, return the server-bound ones."""
+        """Run every sum request of the round; deliver designated sums, return the server-bound ones.
+
+        With a ``rider`` (:meth:`_rider`: the round's one request), every client's evaluation upload for
+        ``due`` rides in its training contribution, and ``due.sums`` receives the evaluation sums.
+        """
         config = self.config
         plan = None
         if config.protocol.dropout > 0:
@@ -445,7 +522,7 @@ class _Run:
                 sub_plan = DropoutPlan({c: p for c, p in plan.at.items() if c in contribs})
             t1 = time.perf_counter()
             sums, transcript = self._aggregate(
-                self.protocol, rs, req.key, req.schema, contribs, sub_plan, req.recipient, context
+                self.protocol, rs, req.key, req.schema, contribs, sub_plan, req.recipient, context, due, rider
             )
             record.crypto_seconds += time.perf_counter() - t1
             for cid in contribs:
@@ -455,6 +532,8 @@ class _Run:
             record.excluded.update(transcript.excluded)
             record.privacy = transcript.extra.get("privacy", record.privacy)
             for k, v in transcript.clip_counts.items():
+                if k == RIDER_BLOCK:
+                    continue
                 ck = k if single else f"{req.key}.{k}"
                 record.clip_counts[ck] = record.clip_counts.get(ck, 0) + int(v)
             if req.recipient is None:
@@ -474,14 +553,24 @@ class _Run:
         plan: DropoutPlan | None,
         recipient: int | None,
         context: bytes,
+        due: PendingEvaluation | None = None,
+        rider: EvalRider | None = None,
     ) -> tuple[Sums, Transcript]:
-        """One protocol run, reported to ``on_aggregate`` whether it released a sum or aborted."""
+        """One protocol run, reported to ``on_aggregate`` whether it released a sum or aborted.
+
+        With a ``rider``, every client's evaluation upload for ``due`` rides in its contribution, ``due.sums``
+        receives the evaluation sums, and the two sums are reported as two events (``carried`` on the second).
+        """
         if protocol is None:
             raise TrainingError(f"algorithm {self.algorithm.name!r} declared a sum but uses no protocol")
+        run_schema, run_contribs = schema, contribs
+        if rider is not None and due is not None:
+            run_schema = rider.combined
+            run_contribs = {cid: rider.attach(c, due.contribs[cid]) for cid, c in contribs.items()}
         try:
             sums, transcript = protocol.aggregate(
-                schema,
-                contribs,
+                run_schema,
+                run_contribs,
                 dropouts=plan,
                 round_index=rs.global_round,
                 recipient=recipient,
@@ -502,30 +591,49 @@ class _Run:
                 )
             )
             raise
+        if rider is not None and due is not None:
+            sums, due.sums = rider.split(sums)
         self.hooks.aggregate(AggregateEvent(rs, key, schema, recipient, contribs, sums, transcript))
+        if due is not None and due.sums is not None and rider is not None:
+            self.hooks.aggregate(
+                AggregateEvent(
+                    due.eval_rs,
+                    EVAL_KEY,
+                    self.eval_schema,
+                    None,
+                    due.contribs,
+                    due.sums,
+                    transcript,
+                    carried=True,
+                )
+            )
         return sums, transcript
 
     # ------------------------------------------------------------------ evaluation -----------------------
 
-    def _evaluate(
-        self,
-        rs: RoundState,
-        broadcast: Mapping[str, torch.Tensor],
-        record: RoundRecord,
-        *,
-        select: bool = True,
-    ) -> tuple[EvalRecord, bool]:
-        """Clients score and count their own nodes; the counts are summed; the server reads the sums only.
+    def _rider(self, requests: list[SumRequest], ids: list[int]) -> EvalRider | None:
+        """The rider for this round's training sum, or ``None`` when the evaluation must run on its own: the
+        round is not one server-bound sum of every client, or its schema leaves no room
+        (:meth:`EvalRider.fit`)."""
+        if len(requests) != 1 or len(ids) != self.k_all:
+            return None
+        req = requests[0]
+        if req.recipient is not None or (
+            req.participants is not None and len(set(req.participants)) != self.k_all
+        ):
+            return None
+        if req.schema not in self._riders:
+            self._riders[req.schema] = EvalRider.fit(req.schema, self.eval_schema)
+        return self._riders[req.schema]
 
-        Returns the evaluation and whether the server took it as the phase's new best round.
-        """
+    def _score(self, due: PendingEvaluation) -> None:
+        """Client side: every client scores its own nodes under the evaluated broadcast and builds its upload
+        (counts and weighted metrics of its own nodes: :func:`evaluation_contribution`)."""
         t0 = time.perf_counter()
-        algorithm, clients = self.algorithm, self.clients
-        self._verify(broadcast, f"evaluation of phase {rs.phase!r}, round {rs.round + 1}")
-        scores = algorithm.evaluate(clients, broadcast, rs)
-        per_client = []
-        contribs: dict[int, Mapping[str, Any]] = {}
-        for c in clients:  # client side: each client's own scores, masks and labels
+        algorithm, clients, rs = self.algorithm, self.clients, due.rs
+        self._verify(due.broadcast, f"evaluation of phase {rs.phase!r}, round {rs.round + 1}")
+        scores = algorithm.evaluate(clients, due.broadcast, rs)
+        for c in clients:
             if c.id not in scores:
                 raise TrainingError(f"{algorithm.name}: evaluate() returned no scores for client {c.id}")
             logits = scores[c.id]
@@ -535,115 +643,45 @@ class _Run:
                     f"expected ({c.num_nodes}, {self.setting.num_classes})"
                 )
             metrics = client_metrics(c.id, logits, c.data, self.setting.num_classes)
-            per_client.append(metrics)
+            due.per_client.append(metrics)
             contrib = evaluation_contribution(metrics)
             if self.config.protocol.grid_upload:
                 contrib = self.eval_schema.round_to_grid(
                     contrib, grid_rng(self.seed, rs.global_round, c.id, EVAL_KEY)
                 )
-            contribs[c.id] = contrib
-        eval_rs = RoundState(rs.phase, rs.round, rs.global_round, tuple(contribs), broadcast, rs.num_rounds)
-        sums, transcript = self._aggregate(
-            self.eval_protocol,
-            eval_rs,
-            EVAL_KEY,
-            self.eval_schema,
-            contribs,
-            None,
-            None,
-            round_context(broadcast),
-        )
-        for cid in contribs:
-            record.eval_bytes_up[cid] = transcript.total_bytes_sent(cid)
-            record.eval_bytes_down[cid] = transcript.total_bytes_received(cid)
-        overall, improved = self.server.evaluated(sums, eval_rs, select=select)  # the sums and nothing else
+            due.contribs[c.id] = contrib
+        due.scored = True
+        due.seconds += time.perf_counter() - t0
+
+    def _evaluate(self, due: PendingEvaluation) -> tuple[EvalRecord, bool]:
+        """Evaluate ``due``: score it (unless the clients did), sum the counts on their own (unless they rode
+        in a training sum), and let the server read the sums and nothing else.
+
+        Returns the evaluation and whether the server took it as the phase's new best round.
+        """
+        if not due.scored:
+            self._score(due)
+        t0 = time.perf_counter()
+        eval_rs = due.eval_rs
+        if due.sums is None:
+            due.sums, transcript = self._aggregate(
+                self.eval_protocol,
+                eval_rs,
+                EVAL_KEY,
+                self.eval_schema,
+                due.contribs,
+                None,
+                None,
+                round_context(due.broadcast),
+            )
+            for cid in due.contribs:
+                due.record.eval_bytes_up[cid] = transcript.total_bytes_sent(cid)
+                due.record.eval_bytes_down[cid] = transcript.total_bytes_received(cid)
+        overall, improved = self.server.evaluated(due.sums, eval_rs, select=due.select)  # the sums only
         if self.verifier is not None:
-            self.verifier.evaluated(sums, eval_rs, select=select)
-        ev = EvalRecord(rs.phase, rs.round, overall, per_client)
-        record.metrics = overall
-        record.eval_seconds = time.perf_counter() - t0
+            self.verifier.evaluated(due.sums, eval_rs, select=due.select)
+        ev = EvalRecord(due.rs.phase, due.rs.round, overall, due.per_client)
+        due.record.metrics = overall
+        due.record.eval_seconds = due.seconds + time.perf_counter() - t0
         self.result.evals.append(ev)
         return ev, improved
-
-
-def federation_edge_index(fg: Any) -> torch.Tensor:
-    """``(2, E)`` every edge the clients hold (their local edges and the cross-client edges), global ids."""
-    parts = [c.global_id[c.edge_index] for c in fg.clients]
-    cross = getattr(fg, "cross_edges", None)
-    if cross is not None and cross.numel():
-        parts.append(cross)
-    edges = torch.cat([p.long() for p in parts], dim=1) if parts else torch.zeros(2, 0, dtype=torch.long)
-    return torch.unique(torch.cat([edges, edges.flip(0)], dim=1), dim=1)
-
-
-def make_setting(config: RunConfig, fg: Any, device: torch.device | str) -> Setting:
-    """The public facts of a run (:class:`Setting`) for ``config`` on the federated graph ``fg``."""
-    public_edges = None
-    if get_algorithm(config.algorithm.name).server_knows_edges(config.algorithm.options):
-        public_edges = federation_edge_index(fg)
-    return Setting(
-        num_features=fg.num_features,
-        num_classes=fg.num_classes,
-        num_clients=fg.num_clients,
-        num_nodes=fg.num_nodes,
-        count_bound=int(fg.num_nodes),
-        model=config.model,
-        train=config.train,
-        device=torch.device(device),
-        max_clients_per_round=fg.num_clients,
-        protocol=config.protocol.spec,
-        public_edge_index=public_edges,
-    )
-
-
-def _to(value: Any, device: torch.device) -> Any:
-    return value.to(device) if hasattr(value, "to") else value
-
-
-def start_seed(
-    algorithm: Algorithm, fg: Any, seed: int, device: torch.device, *, isolated: bool = False
-) -> tuple[list[Client], Any, Any, np.random.Generator]:
-    """Clients, server state, first broadcast and the client-sampling generator of one seed.
-
-    Every random stream of a seed (per-client generators, the client batch's workspace generator, the
-    server's initialisation, client sampling) is spawned here from ``seed``, so a run and its audit replay
-    agree.
-
-    Args:
-        algorithm: The algorithm (its ``init_client``, ``init_server`` and ``initial_broadcast`` run here).
-        fg: The federated graph.
-        seed: The training seed.
-        device: Where the clients' tensors live.
-        isolated: ``False`` (the simulation): all clients form one client batch and share its workspace
-            (batched layouts, the batch generator). ``True`` (a deployment's layout): every client is a batch
-            of one, with a workspace and a batch generator of its own, so nothing on a client can reach
-            another client. (default: ``False``)
-    """
-    s_clients, s_server, s_sampling, s_work = seed_streams(seed)
-    torch_gen = torch_generator
-    if isolated:
-        workspaces = [{"generator": torch_gen(ss, device)} for ss in s_work.spawn(fg.num_clients)]
-    else:
-        workspaces = [{"generator": torch_gen(s_work, device)}] * fg.num_clients
-    if algorithm.needs_cross_edges:
-        fg = attach_cross_edges(fg)
-    held_later = fg.client_eval or [{} for _ in fg.clients]
-    clients = [
-        Client(
-            i,
-            data.to(device),
-            torch_gen(ss, device),
-            eval_data={k: _to(v, device) for k, v in later.items()},
-            workspace=ws,
-        )
-        for i, (data, ss, later, ws) in enumerate(
-            zip(fg.clients, s_clients.spawn(fg.num_clients), held_later, workspaces, strict=True)
-        )
-    ]
-    if algorithm.needs_global_graph:
-        for ws in {id(w): w for w in workspaces}.values():
-            ws["global_data"] = fg.global_data().to(device)
-    for c in clients:
-        algorithm.init_client(c)
-    server = algorithm.init_server(torch_gen(s_server, torch.device("cpu")))
-    return clients, server, algorithm.initial_broadcast(server), np.random.default_rng(s_sampling)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -21,16 +22,24 @@ PARTITION = {"fedlog": "fedlog"}
 
 @pytest.fixture
 def toy_config() -> Callable[..., RunConfig]:
-    """``toy_config(name, patience=None)``: a 4-round plaintext run of ``name`` evaluated every round."""
+    """``toy_config(name, patience=None, **train)``: a 4-round plaintext run of ``name`` evaluated every round
+    (``train`` overrides further ``[train]`` settings)."""
 
-    def make(name: str, patience: int | None = None) -> RunConfig:
+    def make(name: str, patience: int | None = None, **train: Any) -> RunConfig:
         return build(
             RunConfig,
             {
                 "protocol": {"name": "plaintext"},
                 "algorithm": {"name": name, "options": FAST.get(name, {})},
                 "model": {"name": "gcn", "hidden": 8, "layers": 2, "dropout": 0.5},
-                "train": {"rounds": 4, "local_epochs": 1, "lr": 0.05, "eval_every": 1, "patience": patience},
+                "train": {
+                    "rounds": 4,
+                    "local_epochs": 1,
+                    "lr": 0.05,
+                    "eval_every": 1,
+                    "patience": patience,
+                    **train,
+                },
                 "device": "cpu",
             },
         )
