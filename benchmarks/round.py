@@ -12,8 +12,11 @@ The runs are ``securefgl run --algorithm fedavg --dataset Cora --clients K --loc
 - ``secagg+ optimistic aes128``: the same with AES-128-CTR masks (``prg="aes128-ctr"``: 128-bit security, the
   level of the X25519 key agreement, at about 1.4x AES-256's keystream rate; SECURITY.md says what it gives up).
 
-Per round (median over the rounds after ``--warmup``): the wall time split into train / crypto (the
-training sum) / eval (scoring and the evaluation sum), and the ratio to plaintext. The configurations run
+Per round (median over the rounds after ``--warmup``): the wall time split into train / crypto (each client's
+upload checks and grid rounding, then the training sum's protocol run) / eval (the clients' scoring, and the
+evaluation sum where it does not ride in the next round's training sum: ``train.eval_in_next_sum``) / server
+(the server step), and the ratio to plaintext. The four add up to the round's wall time within a few
+milliseconds. The configurations run
 interleaved, ``--repeats`` times each (in reverse order on every second repeat, so that no configuration
 always runs first), and the medians are over all their rounds, so load on a shared machine hits them alike.
 
@@ -102,7 +105,13 @@ def _run(
     )
     seed = result.seeds[0]
     per_round = [
-        {"train": r.train_seconds, "crypto": r.crypto_seconds, "eval": r.eval_seconds} for r in seed.rounds
+        {
+            "train": r.train_seconds,
+            "crypto": r.crypto_seconds,
+            "eval": r.eval_seconds,
+            "server": r.server_seconds,
+        }
+        for r in seed.rounds
     ]
     return per_round, [sums.get(i, []) for i in range(len(per_round))]
 
@@ -136,10 +145,10 @@ def main() -> None:
         f"{'tuned' if tuned else 'default'} (every configuration)"
     )
     print(
-        f"| K | configuration | round | train | crypto | eval | vs plaintext | prg floor, 1 / {workers} threads "
-        "| (plain + floor) / plain |"
+        f"| K | configuration | round | train | crypto | eval | server | vs plaintext | prg floor, 1 / {workers} "
+        "threads | (plain + floor) / plain |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for k in (int(x) for x in args.clients.split(",")):
         rows: dict[str, list[dict[str, float]]] = {name: [] for name in CONFIGS}
         floors: dict[str, list[tuple[float, float]]] = {name: [] for name in CONFIGS}
@@ -155,7 +164,7 @@ def main() -> None:
                         (_floor(s, 1, prg), _floor(s, workers, prg)) for s in round_sums[args.warmup :]
                     ]
         med = {
-            name: {c: statistics.median(r[c] for r in rs) for c in ("train", "crypto", "eval")}
+            name: {c: statistics.median(r[c] for r in rs) for c in ("train", "crypto", "eval", "server")}
             for name, rs in rows.items()
         }
         totals = {name: statistics.median(sum(r.values()) for r in rs) for name, rs in rows.items()}
@@ -167,7 +176,7 @@ def main() -> None:
                 floor = f"{f1:.3f} / {fw:.3f} s | {(plain + f1) / plain:.2f}x / {(plain + fw) / plain:.2f}x"
             print(
                 f"| {k} | {name} | {totals[name]:.3f} s | {m['train']:.3f} | {m['crypto']:.3f} | {m['eval']:.3f} "
-                f"| {totals[name] / plain:.2f}x | {floor} |"
+                f"| {m['server']:.3f} | {totals[name] / plain:.2f}x | {floor} |"
             )
 
 

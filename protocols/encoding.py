@@ -262,18 +262,23 @@ class SumSchema:
             if spec.kind != "real" or (skip_dp and spec.dp) or spec.name not in out:
                 continue
             arr = to_numpy(spec.name, out[spec.name])
-            if arr.dtype.kind != "f" or not np.isfinite(arr).all():
+            if arr.dtype.kind != "f":
                 continue
-            x = arr.reshape(-1).astype(np.float64)
-            y = x * self.scales[spec.name]  # exact: power of two
+            flat = arr.reshape(-1)
+            # two reductions instead of an elementwise mask: NaN propagates through min/max, +-inf shows
+            lo, hi = (float(flat.min()), float(flat.max())) if flat.size else (0.0, 0.0)
+            if not (math.isfinite(lo) and math.isfinite(hi)):
+                continue
+            y = np.multiply(flat, self.scales[spec.name], dtype=np.float64)  # exact: power of two
             fl = np.floor(y)
             y -= fl
             fl += rng.random(y.shape[0]) < y
             top = math.floor(spec.bound * self.scales[spec.name])  # the largest on-grid magnitude <= B
             np.clip(fl, -top, top, out=fl)
             fl *= self.steps[spec.name]
-            outside = np.flatnonzero(np.abs(x) > spec.bound)
-            if outside.size:
+            if max(-lo, hi) > spec.bound:
+                x = flat.astype(np.float64)
+                outside = np.flatnonzero(np.abs(x) > spec.bound)
                 fl[outside] = x[outside]
             out[spec.name] = torch.from_numpy(fl.reshape(arr.shape))
         return out

@@ -4,7 +4,8 @@
 upload goes through ``protocol.aggregate`` (with the round's dropout plan); the algorithm's server step gets
 the released :class:`~securefgl.protocols.base.Sums` and nothing else. Per round it records the training
 loss, bytes up and down per client (from the protocol transcripts plus the broadcast), the time spent in
-client training, in the protocol ("crypto") and in the server step, and, every ``eval_every`` rounds, the
+client training, in the sums ("crypto": each upload's checks and grid rounding, then the protocol run) and in
+the server step, and, every ``eval_every`` rounds, the
 metrics of :mod:`securefgl.engine.metrics`, read from a sum of every client's counts (carried in the next round's
 training sum where it can: :mod:`securefgl.engine.eval_rider`). A NaN/Inf loss or upload stops the run with
 :class:`~securefgl.errors.NonFiniteError` naming the client and the round; the records so far stay
@@ -506,6 +507,7 @@ class _Run:
         server_sums: dict[str, Sums] = {}
         for req in requests:
             participants = list(req.participants) if req.participants is not None else ids
+            t1 = time.perf_counter()  # crypto: from the clients' updates (checked, on the grid) to the sums
             contribs = {}
             for cid in participants:
                 contrib = _contribution(outs.get(cid), req.key, single, cid)
@@ -520,7 +522,6 @@ class _Run:
             sub_plan = None
             if plan is not None:
                 sub_plan = DropoutPlan({c: p for c, p in plan.at.items() if c in contribs})
-            t1 = time.perf_counter()
             sums, transcript = self._aggregate(
                 self.protocol, rs, req.key, req.schema, contribs, sub_plan, req.recipient, context, due, rider
             )
