@@ -70,7 +70,7 @@ def test_the_rider_keeps_the_training_ring_and_refuses_what_cannot_carry_it() ->
     assert EvalRider.fit(tiny, evaluation) is None
 
 
-@pytest.mark.parametrize("protocol", ["plaintext", "secagg", "secagg+"])
+@pytest.mark.parametrize("protocol", ["plaintext", "secagg", "secagg+", "ckks"])
 def test_one_run_releases_both_sums_exactly(protocol: str) -> None:
     n = 6
     evaluation = evaluation_schema(count_bound=300, max_clients=n, num_classes=2)
