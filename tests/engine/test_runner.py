@@ -109,6 +109,29 @@ def test_nan_loss_names_client_and_round_and_leaves_partial_metrics(tmp_path):
 
 
 @register_algorithm(force=True)
+class _InfUploadAtRound1(FedAvg):
+    """FedAvg whose client 0 uploads one infinite weight in round 1, with a finite loss."""
+
+    name = "test-inf-upload-fedavg"
+
+    def client_steps(self, clients, rs):
+        out = super().client_steps(clients, rs)
+        if rs.round == 1:
+            upload = dict(out[0])
+            name = next(k for k, v in upload.items() if torch.as_tensor(v).is_floating_point())
+            bad = torch.as_tensor(upload[name]).clone()
+            bad.view(-1)[3] = float("-inf")
+            upload[name] = bad
+            out = {**out, 0: upload}
+        return out
+
+
+def test_a_non_finite_upload_names_the_block_client_and_round():
+    with pytest.raises(NonFiniteError, match=r"upload block '.+' of client 0 is not finite in round 1"):
+        securefgl.run(small(), algorithm={"name": "test-inf-upload-fedavg"})
+
+
+@register_algorithm(force=True)
 class _Stasher(FedAvg):
     name = "test-stash-fedavg"
 
