@@ -27,6 +27,7 @@ from securefgl.deploy.wire import STEP_PARTS, Reply, Request
 from securefgl.engine.evaluation import EVAL_KEY, evaluation_contribution, evaluation_schema
 from securefgl.engine.metrics import client_metrics
 from securefgl.engine.runner import grid_rng, round_context
+from securefgl.engine.seed_start import setting_for
 from securefgl.engine.seeding import client_generators
 from securefgl.errors import ConfigError, MalformedMessageError, NonFiniteError, SecureFGLError, TrainingError
 from securefgl.protocols.dp import DistributedDP
@@ -52,18 +53,7 @@ def make_setting_from_facts(config: RunConfig, fed: Any, device: torch.device) -
             f"algorithm {config.algorithm.name!r} with these options gives the server the whole edge set; a "
             "deployment has no party holding it"
         )
-    return Setting(
-        num_features=fed.num_features,
-        num_classes=fed.num_classes,
-        num_clients=fed.num_clients,
-        num_nodes=fed.num_nodes,
-        count_bound=int(fed.num_nodes),
-        model=config.model,
-        train=config.train,
-        device=device,
-        max_clients_per_round=fed.num_clients,
-        protocol=config.protocol.spec,
-    )
+    return setting_for(fed, config, device)
 
 
 def _rs(body: Mapping[str, Any]) -> RoundState:

@@ -18,7 +18,7 @@ from securefgl.config.run import RunConfig
 from securefgl.data.cross_edges import attach_cross_edges
 from securefgl.engine.seeding import seed_streams, torch_generator
 
-__all__ = ["federation_edge_index", "make_setting", "start_seed"]
+__all__ = ["federation_edge_index", "make_setting", "setting_for", "start_seed"]
 
 
 def federation_edge_index(fg: Any) -> torch.Tensor:
@@ -31,24 +31,32 @@ def federation_edge_index(fg: Any) -> torch.Tensor:
     return torch.unique(torch.cat([edges, edges.flip(0)], dim=1), dim=1)
 
 
+def setting_for(
+    facts: Any, config: RunConfig, device: torch.device | str, public_edge_index: torch.Tensor | None = None
+) -> Setting:
+    """The run's :class:`Setting` from the federation's public facts (``num_features``, ``num_classes``,
+    ``num_clients``, ``num_nodes``: a federated graph's, or a deployment's facts file)."""
+    return Setting(
+        num_features=facts.num_features,
+        num_classes=facts.num_classes,
+        num_clients=facts.num_clients,
+        num_nodes=facts.num_nodes,
+        count_bound=int(facts.num_nodes),
+        model=config.model,
+        train=config.train,
+        device=torch.device(device),
+        max_clients_per_round=facts.num_clients,
+        protocol=config.protocol.spec,
+        public_edge_index=public_edge_index,
+    )
+
+
 def make_setting(config: RunConfig, fg: Any, device: torch.device | str) -> Setting:
     """The public facts of a run (:class:`Setting`) for ``config`` on the federated graph ``fg``."""
     public_edges = None
     if get_algorithm(config.algorithm.name).server_knows_edges(config.algorithm.options):
         public_edges = federation_edge_index(fg)
-    return Setting(
-        num_features=fg.num_features,
-        num_classes=fg.num_classes,
-        num_clients=fg.num_clients,
-        num_nodes=fg.num_nodes,
-        count_bound=int(fg.num_nodes),
-        model=config.model,
-        train=config.train,
-        device=torch.device(device),
-        max_clients_per_round=fg.num_clients,
-        protocol=config.protocol.spec,
-        public_edge_index=public_edges,
-    )
+    return setting_for(fg, config, device, public_edges)
 
 
 def _to(value: Any, device: torch.device) -> Any:
