@@ -61,9 +61,10 @@ class TrainConfig:
             :class:`~securefgl.errors.SuspiciousModelError`, a broadcast that differs: the defence against a
             server that sends crafted models (:mod:`securefgl.engine.broadcast_check`). (default: ``False``)
         eval_in_next_sum: Carry an evaluation's counts in the next round's training sum instead of a protocol
-            run of their own (:mod:`securefgl.engine.eval_rider`): the same sums, one secure sum per round
-            instead of two. It applies where the next round is one server-bound sum of every client, without
-            early stopping (``patience``), dropouts or DP; the last round's evaluation always runs alone. A
+            run of their own (:mod:`securefgl.engine.eval_rider`): the same sums, one secure sum fewer per
+            round. It applies where the next round has a server-bound sum of every client (the evaluation rides
+            in the first), without early stopping (``patience``), dropouts or DP; the last round's evaluation
+            always runs alone. A
             deployment then puts the evaluation in the next round's Flower steps. (default: ``True``)
     """
 

@@ -1,10 +1,11 @@
-r"""An evaluation's counts carried in the next round's training sum: one protocol run per round, not two.
+r"""An evaluation's counts carried in the next round's training sum: one protocol run fewer per round.
 
 Every evaluation is a sum like any other (:mod:`securefgl.engine.evaluation`), and a secure sum has a fixed
 cost per run that does not depend on its length: a fresh SecAgg+ run is a key agreement of every client
 with its neighbours, a Shamir sharing and four round trips, about 0.15 s for 100 simulated clients against a
-few microseconds for the evaluation's couple of dozen numbers. When the next round's training is one sum over
-the same clients, the evaluation of the round before rides in it instead of running its own protocol.
+few microseconds for the evaluation's couple of dozen numbers. When the next round has a server-bound sum of every
+client (the first one, where it has several), the evaluation of the round before rides in it instead of running
+its own protocol.
 
 The two sums live in different rings. The evaluation schema's real blocks use steps down to :math:`2^{-40}`
 and need the 64-bit ring; a training schema's ring is as narrow as its bounds allow (33-40 bits for FedAvg's

@@ -475,8 +475,8 @@ class _Run:
             return record, rs.broadcast
         if self.protocol is None:
             raise TrainingError(f"algorithm {algorithm.name!r} declared a sum but uses no protocol")
-        rider = self._rider(requests, ids) if due is not None else None
-        server_sums = self._sums(rs, requests, outs, ids, record, due if rider is not None else None, rider)
+        ride = self._rider(requests, ids) if due is not None else None
+        server_sums = self._sums(rs, requests, outs, ids, record, due if ride is not None else None, ride)
         if due is not None:  # the server reads the evaluation before its step, as when it ran first
             due.outcome = self._evaluate(due)
         if server_sums:
@@ -495,12 +495,12 @@ class _Run:
         ids: list[int],
         record: RoundRecord,
         due: PendingEvaluation | None = None,
-        rider: EvalRider | None = None,
+        ride: tuple[str, EvalRider] | None = None,
     ) -> dict[str, Sums]:
         """Run every sum request of the round; deliver designated sums, return the server-bound ones.
 
-        With a ``rider`` (:meth:`_rider`: the round's one request), every client's evaluation upload for
-        ``due`` rides in its training contribution, and ``due.sums`` receives the evaluation sums.
+        With ``ride`` (:meth:`_rider`: a request key and its rider), every client's evaluation upload for ``due``
+        rides in its contribution to that request, and ``due.sums`` receives the evaluation sums.
         """
         config = self.config
         plan = None
@@ -527,7 +527,16 @@ class _Run:
             if plan is not None:
                 sub_plan = DropoutPlan({c: p for c, p in plan.at.items() if c in contribs})
             sums, transcript = self._aggregate(
-                self.protocol, rs, req.key, req.schema, contribs, sub_plan, req.recipient, context, due, rider
+                self.protocol,
+                rs,
+                req.key,
+                req.schema,
+                contribs,
+                sub_plan,
+                req.recipient,
+                context,
+                due,
+                ride[1] if ride is not None and ride[0] == req.key else None,
             )
             record.crypto_seconds += time.perf_counter() - t1
             for cid in contribs:
@@ -616,20 +625,23 @@ class _Run:
 
     # ------------------------------------------------------------------ evaluation -----------------------
 
-    def _rider(self, requests: list[SumRequest], ids: list[int]) -> EvalRider | None:
-        """The rider for this round's training sum, or ``None`` when the evaluation must run on its own: the
-        round is not one server-bound sum of every client, or its schema leaves no room
-        (:meth:`EvalRider.fit`)."""
-        if len(requests) != 1 or len(ids) != self.k_all:
+    def _rider(self, requests: list[SumRequest], ids: list[int]) -> tuple[str, EvalRider] | None:
+        """The request the pending evaluation rides in and its rider: the round's first server-bound sum of
+        every client whose schema leaves room (:meth:`EvalRider.fit`); ``None`` when there is none (a sampled
+        round, designated recipients only), and the evaluation then runs on its own."""
+        if len(ids) != self.k_all:
             return None
-        req = requests[0]
-        if req.recipient is not None or (
-            req.participants is not None and len(set(req.participants)) != self.k_all
-        ):
-            return None
-        if req.schema not in self._riders:
-            self._riders[req.schema] = EvalRider.fit(req.schema, self.eval_schema)
-        return self._riders[req.schema]
+        for req in requests:
+            if req.recipient is not None or (
+                req.participants is not None and len(set(req.participants)) != self.k_all
+            ):
+                continue
+            if req.schema not in self._riders:
+                self._riders[req.schema] = EvalRider.fit(req.schema, self.eval_schema)
+            rider = self._riders[req.schema]
+            if rider is not None:
+                return req.key, rider
+        return None
 
     def _score(self, due: PendingEvaluation) -> None:
         """Client side: every client scores its own nodes under the evaluated broadcast and builds its upload

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch_geometric.data import Data
 
+from securefgl.algorithms.registry import available_algorithms, get_algorithm
 from securefgl.engine.eval_rider import RIDER_BLOCK, EvalRider
 from securefgl.engine.evaluation import evaluation_contribution, evaluation_schema
 from securefgl.engine.hooks import RunHooks
@@ -110,6 +111,13 @@ def test_limbs_rebuild_the_evaluation_ring_sum_for_any_uploads(n: int, seed: int
     _equal(evaluated, proto.aggregate(evaluation, evals)[0])
 
 
+ALGORITHMS = [a for a in available_algorithms() if get_algorithm(a).__module__.startswith("securefgl.")]
+#: Toy runs over ten seconds each under secagg: the slow selection runs them.
+SLOW = {"fedlog", "gap"}
+#: Algorithms whose rounds release a server-bound sum of every client: their evaluations ride in it.
+RIDES = {"adafgl", "fedavg", "fedlog", "fedprox", "fedspray", "fedstruct", "gap"}
+
+
 def _secagg(config, **train):
     return dataclasses.replace(
         config,
@@ -155,3 +163,21 @@ def test_evaluations_run_alone_where_they_cannot_ride(train, toy_config, toy_gra
     _, events = _run(config, toy_graph("fedavg"))
     assert not any(e.carried for e in events)
     assert sum(e.is_evaluation for e in events) >= 1
+
+
+@pytest.mark.parametrize(
+    "name", [pytest.param(a, marks=pytest.mark.slow) if a in SLOW else a for a in ALGORITHMS]
+)
+def test_every_algorithm_gives_the_same_run_with_riders(name, toy_config, toy_graph) -> None:
+    """Several sums a round (FedSpray, FedStruct, AdaFGL, ...): the evaluation rides in the first server-bound
+    sum of every client, and the run is the one with separate evaluation sums."""
+    config, fg = toy_config(name), toy_graph(name)
+    fused, fused_events = _run(_secagg(config), fg)
+    alone, _ = _run(_secagg(config, eval_in_next_sum=False), fg)
+    assert [e.overall for e in fused.evals] == [e.overall for e in alone.evals]
+    assert [r.loss for r in fused.rounds] == pytest.approx([r.loss for r in alone.rounds], nan_ok=True)
+    assert (fused.final is None) == (alone.final is None)
+    if fused.final is not None and alone.final is not None:
+        assert fused.final.overall == alone.final.overall
+    carried = sum(e.carried for e in fused_events)
+    assert carried > 0 if name in RIDES else carried == 0
