@@ -157,6 +157,7 @@ class PendingEvaluation:
     contribs: dict[int, Mapping[str, Any]] = field(default_factory=dict)
     sums: Sums | None = None
     seconds: float = 0.0
+    read: bool = False  # the server has read the sums (never read twice, also after a failure)
     outcome: tuple[EvalRecord, bool] | None = None
 
     @property

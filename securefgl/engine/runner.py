@@ -346,7 +346,7 @@ class _Run:
     def _keep(self, due: PendingEvaluation, *, evaluate: bool) -> None:
         """After the next round failed: finish the evaluated round, evaluated on its own sum if ``evaluate``
         and that works (an interrupted run keeps it without metrics)."""
-        if evaluate:
+        if evaluate and not due.read:
             try:
                 self._settle(due, None)
                 return
@@ -694,6 +694,7 @@ class _Run:
             for cid in due.contribs:
                 due.record.eval_bytes_up[cid] = transcript.total_bytes_sent(cid)
                 due.record.eval_bytes_down[cid] = transcript.total_bytes_received(cid)
+        due.read = True
         overall, improved = self.server.evaluated(due.sums, eval_rs, select=due.select)  # the sums only
         if self.verifier is not None:
             self.verifier.evaluated(due.sums, eval_rs, select=due.select)
