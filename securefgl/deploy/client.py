@@ -26,10 +26,11 @@ from securefgl.deploy.parties import client_party, deployed_protocol, inner_prot
 from securefgl.deploy.wire import STEP_PARTS, Reply, Request
 from securefgl.engine.evaluation import EVAL_KEY, evaluation_contribution, evaluation_schema
 from securefgl.engine.metrics import client_metrics
-from securefgl.engine.runner import grid_rng, round_context
+from securefgl.engine.runner import round_context
 from securefgl.engine.seed_start import setting_for
 from securefgl.engine.seeding import client_generators
-from securefgl.errors import ConfigError, MalformedMessageError, NonFiniteError, SecureFGLError, TrainingError
+from securefgl.engine.uploads import grid_rng, prepare_upload
+from securefgl.errors import ConfigError, MalformedMessageError, NonFiniteError, SecureFGLError
 from securefgl.protocols.dp import DistributedDP
 from securefgl.protocols.encoding import SumSchema
 from securefgl.protocols.messages import ResumeRequest, decode
@@ -244,22 +245,19 @@ class ClientHalf:
         for r in requests:
             if r.participants is not None and self.id not in r.participants:
                 continue
-            out = outs.get(self.id)
-            if out is None or (not single and r.key not in out):
-                raise TrainingError(f"client {self.id} produced no contribution for sum {r.key!r}")
-            contrib = out if single else out[r.key]
-            for name, value in contrib.items():
-                t = torch.as_tensor(value)
-                if t.is_floating_point() and not bool(torch.isfinite(t).all()):
-                    raise NonFiniteError(
-                        f"upload block {name!r} of client {self.id} is not finite in round {rs.round}"
-                    )
-            if config.protocol.grid_upload:
-                contrib = r.schema.round_to_grid(
-                    contrib,
-                    grid_rng(self.seed, rs.global_round, self.id, r.key),
-                    skip_dp=config.protocol.spec.dp,
-                )
+            contrib = prepare_upload(
+                outs.get(self.id),
+                r.key,
+                r.schema,
+                single=single,
+                cid=self.id,
+                seed=self.seed,
+                global_round=rs.global_round,
+                phase=rs.phase,
+                rnd=rs.round,
+                grid=config.protocol.grid_upload,
+                skip_dp=config.protocol.spec.dp,
+            )
             self.pending[r.key] = _Pending(r.schema, contrib, r.recipient, context, rs.global_round)
         return {"losses": losses}
 

@@ -43,6 +43,7 @@ from securefgl.engine.run_protocol import build_run_protocol, check_round_size, 
 from securefgl.engine.seed_start import federation_edge_index, make_setting, start_seed
 from securefgl.engine.seeding import server_generator
 from securefgl.engine.server import FederationServer
+from securefgl.engine.uploads import grid_rng, prepare_upload
 from securefgl.errors import (
     ConfigError,
     NonFiniteError,
@@ -99,39 +100,6 @@ def _check_finite_losses(clients: Sequence[Client], phase: str, rnd: int) -> lis
         if c.losses:
             losses.append(c.losses[-1])
     return losses
-
-
-def _check_finite_upload(cid: int, contribution: Mapping[str, Any], phase: str, rnd: int) -> None:
-    for name, value in contribution.items():
-        t = torch.as_tensor(value)
-        if not t.is_floating_point() or not t.numel():
-            continue
-        # one pass, no mask: a NaN propagates to both ends, an infinity shows at one (9x isfinite().all())
-        lo, hi = torch.aminmax(t.detach())
-        if not (math.isfinite(float(lo)) and math.isfinite(float(hi))):
-            raise NonFiniteError(
-                f"upload block {name!r} of client {cid} is not finite in round {rnd} of phase {phase!r}"
-            )
-
-
-def grid_rng(seed: int, global_round: int, client: int, key: str) -> np.random.Generator:
-    """The client's stream for rounding its upload onto the sum's grid (``protocol.grid_upload``).
-
-    Its own stream, so rounding consumes nothing from the training generators; a function of the seed,
-    the round, the client and the request only, so every protocol sees the same rounded upload.
-    """
-    tag = int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big")
-    return np.random.default_rng(np.random.SeedSequence([seed, 0x6121D, global_round, client, tag]))
-
-
-def _contribution(out: Any, key: str, single: bool, cid: int) -> Mapping[str, Any]:
-    if out is None:
-        raise TrainingError(f"client {cid} produced no contribution for sum {key!r}")
-    if single:
-        return out
-    if key not in out:
-        raise TrainingError(f"client {cid} produced no contribution for sum {key!r}; got {sorted(out)}")
-    return out[key]
 
 
 def run_seed(
@@ -514,15 +482,19 @@ class _Run:
             t1 = time.perf_counter()  # crypto: from the clients' updates (checked, on the grid) to the sums
             contribs = {}
             for cid in participants:
-                contrib = _contribution(outs.get(cid), req.key, single, cid)
-                _check_finite_upload(cid, contrib, rs.phase, rs.round)
-                if config.protocol.grid_upload:
-                    contrib = req.schema.round_to_grid(
-                        contrib,
-                        grid_rng(self.seed, rs.global_round, cid, req.key),
-                        skip_dp=isinstance(self.protocol, DistributedDP),
-                    )
-                contribs[cid] = contrib
+                contribs[cid] = prepare_upload(
+                    outs.get(cid),
+                    req.key,
+                    req.schema,
+                    single=single,
+                    cid=cid,
+                    seed=self.seed,
+                    global_round=rs.global_round,
+                    phase=rs.phase,
+                    rnd=rs.round,
+                    grid=config.protocol.grid_upload,
+                    skip_dp=isinstance(self.protocol, DistributedDP),
+                )
             sub_plan = None
             if plan is not None:
                 sub_plan = DropoutPlan({c: p for c, p in plan.at.items() if c in contribs})
