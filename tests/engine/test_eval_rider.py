@@ -157,6 +157,17 @@ def test_a_run_with_riders_equals_one_with_separate_evaluation_sums(toy_config, 
     assert all(RIDER_BLOCK not in e.schema and RIDER_BLOCK not in e.sums for e in fused_events)
 
 
+def test_riders_with_evaluations_every_other_round(toy_config, toy_graph) -> None:
+    """``eval_every=2`` over 5 rounds: rounds 2 and 4 are evaluated (the 4th in round 5's sum), round 5 alone."""
+    config, fg = toy_config("fedavg"), toy_graph("fedavg")
+    fused, events = _run(_secagg(config, eval_every=2, rounds=5), fg)
+    alone, _ = _run(_secagg(config, eval_every=2, rounds=5, eval_in_next_sum=False), fg)
+    assert [e.round for e in fused.evals] == [e.round for e in alone.evals] == [1, 3, 4]
+    assert [e.overall for e in fused.evals] == [e.overall for e in alone.evals]
+    assert [e.rs.round for e in events if e.carried] == [1, 3]
+    assert [r.metrics is not None for r in fused.rounds] == [False, True, False, True, True]
+
+
 @pytest.mark.parametrize("train", [{"patience": 2}, {"eval_in_next_sum": False}, {"clients_per_round": 2}])
 def test_evaluations_run_alone_where_they_cannot_ride(train, toy_config, toy_graph) -> None:
     config = _secagg(toy_config("fedavg"), **train)
