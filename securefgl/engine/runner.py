@@ -5,9 +5,9 @@ upload goes through ``protocol.aggregate`` (with the round's dropout plan); the 
 the released :class:`~securefgl.protocols.base.Sums` and nothing else. Per round it records the training
 loss, bytes up and down per client (from the protocol transcripts plus the broadcast), the time spent in
 client training, in the sums ("crypto": each upload's checks and grid rounding, then the protocol run) and in
-the server step, and, every ``eval_every`` rounds, the
-metrics of :mod:`securefgl.engine.metrics`, read from a sum of every client's counts (carried in the next round's
-training sum where it can: :mod:`securefgl.engine.eval_rider`). A NaN/Inf loss or upload stops the run with
+the server step, and, every ``eval_every`` rounds, the metrics of :mod:`securefgl.engine.metrics`, read from a
+sum of every client's counts (carried in the next round's training sum where it can:
+:mod:`securefgl.engine.eval_rider`). A NaN/Inf loss or upload stops the run with
 :class:`~securefgl.errors.NonFiniteError` naming the client and the round; the records so far stay
 available on the exception (``exc.partial``) so that callers can write them to disk.
 """
