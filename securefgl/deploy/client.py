@@ -24,12 +24,12 @@ from securefgl.config import RunConfig
 from securefgl.deploy.export import CROSS_KEYS, ClientFile
 from securefgl.deploy.parties import client_party, deployed_protocol, inner_protocol
 from securefgl.deploy.wire import STEP_PARTS, Reply, Request
-from securefgl.engine.evaluation import EVAL_KEY, evaluation_contribution, evaluation_schema
+from securefgl.engine.evaluation import EVAL_KEY, evaluation_schema
 from securefgl.engine.metrics import client_metrics
 from securefgl.engine.runner import round_context
 from securefgl.engine.seed_start import setting_for
 from securefgl.engine.seeding import client_generators
-from securefgl.engine.uploads import grid_rng, prepare_upload
+from securefgl.engine.uploads import evaluation_upload, prepare_upload
 from securefgl.errors import ConfigError, MalformedMessageError, NonFiniteError, SecureFGLError
 from securefgl.protocols.dp import DistributedDP
 from securefgl.protocols.encoding import SumSchema
@@ -271,11 +271,14 @@ class ClientHalf:
             algorithm.setting.num_clients,
             num_classes=algorithm.setting.num_classes,
         )
-        contrib = evaluation_contribution(
-            client_metrics(self.id, logits, client.data, algorithm.setting.num_classes)
+        contrib = evaluation_upload(
+            client_metrics(self.id, logits, client.data, algorithm.setting.num_classes),
+            schema,
+            grid=config.protocol.grid_upload,
+            seed=self.seed,
+            global_round=rs.global_round,
+            cid=self.id,
         )
-        if config.protocol.grid_upload:
-            contrib = schema.round_to_grid(contrib, grid_rng(self.seed, rs.global_round, self.id, EVAL_KEY))
         self.pending[EVAL_KEY] = _Pending(schema, contrib, None, round_context(broadcast), rs.global_round)
         return {}
 

@@ -28,7 +28,7 @@ from securefgl.algorithms.registry import create_algorithm
 from securefgl.config.run import RunConfig
 from securefgl.engine.broadcast_check import BroadcastVerifier
 from securefgl.engine.eval_rider import RIDER_BLOCK, EvalRider, PendingEvaluation
-from securefgl.engine.evaluation import EVAL_KEY, evaluation_contribution, evaluation_schema
+from securefgl.engine.evaluation import EVAL_KEY, evaluation_schema
 from securefgl.engine.hooks import (
     AggregateEvent,
     EvaluateEvent,
@@ -43,7 +43,7 @@ from securefgl.engine.run_protocol import build_run_protocol, check_round_size, 
 from securefgl.engine.seed_start import federation_edge_index, make_setting, start_seed
 from securefgl.engine.seeding import server_generator
 from securefgl.engine.server import FederationServer
-from securefgl.engine.uploads import grid_rng, prepare_upload
+from securefgl.engine.uploads import evaluation_upload, grid_rng, prepare_upload
 from securefgl.errors import (
     ConfigError,
     NonFiniteError,
@@ -617,7 +617,7 @@ class _Run:
 
     def _score(self, due: PendingEvaluation) -> None:
         """Client side: every client scores its own nodes under the evaluated broadcast and builds its upload
-        (counts and weighted metrics of its own nodes: :func:`evaluation_contribution`)."""
+        (counts and weighted metrics of its own nodes: :func:`evaluation_upload`)."""
         t0 = time.perf_counter()
         algorithm, clients, rs = self.algorithm, self.clients, due.rs
         self._verify(due.broadcast, f"evaluation of phase {rs.phase!r}, round {rs.round + 1}")
@@ -633,12 +633,14 @@ class _Run:
                 )
             metrics = client_metrics(c.id, logits, c.data, self.setting.num_classes)
             due.per_client.append(metrics)
-            contrib = evaluation_contribution(metrics)
-            if self.config.protocol.grid_upload:
-                contrib = self.eval_schema.round_to_grid(
-                    contrib, grid_rng(self.seed, rs.global_round, c.id, EVAL_KEY)
-                )
-            due.contribs[c.id] = contrib
+            due.contribs[c.id] = evaluation_upload(
+                metrics,
+                self.eval_schema,
+                grid=self.config.protocol.grid_upload,
+                seed=self.seed,
+                global_round=rs.global_round,
+                cid=c.id,
+            )
         due.scored = True
         due.seconds += time.perf_counter() - t0
 

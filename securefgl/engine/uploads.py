@@ -14,10 +14,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from securefgl.engine.evaluation import EVAL_KEY, evaluation_contribution
+from securefgl.engine.metrics import ClientMetrics
 from securefgl.errors import NonFiniteError, TrainingError
 from securefgl.protocols.encoding import SumSchema
 
-__all__ = ["check_finite_upload", "contribution_for", "grid_rng", "prepare_upload"]
+__all__ = ["check_finite_upload", "contribution_for", "evaluation_upload", "grid_rng", "prepare_upload"]
 
 
 def grid_rng(seed: int, global_round: int, client: int, key: str) -> np.random.Generator:
@@ -82,4 +84,15 @@ def prepare_upload(
     check_finite_upload(cid, contrib, phase, rnd)
     if grid:
         contrib = schema.round_to_grid(contrib, grid_rng(seed, global_round, cid, key), skip_dp=skip_dp)
+    return contrib
+
+
+def evaluation_upload(
+    metrics: ClientMetrics, schema: SumSchema, *, grid: bool, seed: int, global_round: int, cid: int
+) -> Mapping[str, Any]:
+    """Client ``cid``'s upload to an evaluation sum from its own metrics (:func:`evaluation_contribution`),
+    on the evaluation schema's grid with ``grid`` (``protocol.grid_upload``)."""
+    contrib = evaluation_contribution(metrics)
+    if grid:
+        contrib = schema.round_to_grid(contrib, grid_rng(seed, global_round, cid, EVAL_KEY))
     return contrib
