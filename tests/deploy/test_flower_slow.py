@@ -67,18 +67,37 @@ def test_deploy_fedavg_cora_is_bit_identical_to_run(cora_root, tmp_path) -> None
         "2",
     ]
     subprocess.run(_cli("run", *common, *SAME, "--output", str(tmp_path / "sim"), "--quiet"), check=True)
+    # A simulated round carries the previous round's evaluation counts in its training sum; a deployed one runs
+    # them as a sum of their own inside its Flower steps. The same run with the rider off sends what the
+    # deployment sends.
+    apart = ["--set", "train.eval_in_next_sum=false", "--output", str(tmp_path / "apart"), "--quiet"]
+    subprocess.run(_cli("run", *common, *SAME, *apart), check=True)
     subprocess.run(
         _cli("deploy", *common, *SAME, "--output", str(tmp_path / "dep"), "--workdir", str(tmp_path / "w")),
         check=True,
         timeout=1500,
     )
-    sim = json.loads((tmp_path / "sim" / "metrics.json").read_text())["seeds"][0]
-    dep = json.loads((tmp_path / "dep" / "metrics.json").read_text())["seeds"][0]
-    assert dep["final"]["overall"] == sim["final"]["overall"]
-    assert [r["metrics"] for r in dep["rounds"]] == [r["metrics"] for r in sim["rounds"]]
+    sim, apart, dep = (
+        json.loads((tmp_path / name / "metrics.json").read_text())["seeds"][0]
+        for name in ("sim", "apart", "dep")
+    )
+    for other in (sim, apart):
+        assert dep["final"]["overall"] == other["final"]["overall"]
+        assert [r["metrics"] for r in dep["rounds"]] == [r["metrics"] for r in other["rounds"]]
     # `securefgl deploy` gives the clients identities, so each signs its advertised keys (Ed25519: 64 bytes per
     # client per sum); the simulated run has none. Every other byte of the uploads is the same.
-    assert [r["bytes_up"] - 64 * 5 for r in dep["rounds"]] == [r["bytes_up"] for r in sim["rounds"]]
+    signatures = 64 * 5
+    assert [r["bytes_up"] - signatures for r in dep["rounds"]] == [r["bytes_up"] for r in apart["rounds"]]
+    assert [r["eval_bytes_up"] - signatures for r in dep["rounds"]] == [
+        r["eval_bytes_up"] for r in apart["rounds"]
+    ]
+    # with the rider, round 1's evaluation costs round 2's training sum a few bytes instead of a sum of its own
+    assert sim["rounds"][0]["bytes_up"] == apart["rounds"][0]["bytes_up"]
+    assert (
+        0
+        < sim["rounds"][1]["bytes_up"] - apart["rounds"][1]["bytes_up"]
+        < apart["rounds"][0]["eval_bytes_up"]
+    )
 
 
 @pytest.mark.parametrize("stage", ["masked_input", "unmasking"])
