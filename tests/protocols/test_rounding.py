@@ -139,3 +139,28 @@ def test_on_grid_chunks_are_encoded_exactly_without_drawing_bits(dtype: type) ->
     s.encode_into({"x": x}, out, bits)
     word_bytes = 4 if dtype is np.float32 else 8  # rounding words as wide as the input's floats
     assert bits._blocks == CHUNK * word_bytes // 16  # one chunk drawn
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    exponent=st.integers(4, 26),
+    bound=st.sampled_from([1.0, 8.0, 64.0]),
+    n=st.integers(1, 2 * CHUNK + 5),
+)
+def test_on_grid_float32_into_64_bit_words_is_exact(seed: int, exponent: int, bound: float, n: int) -> None:
+    """64-bit words (rings over 32 bits take them): on-grid float32 values become exactly their scaled integers,
+    whether the scaled bound fits 32-bit words (cast through int32) or not (cast straight to int64)."""
+    step = 2.0**-exponent
+    s = SumSchema([BlockSpec("x", (n,), bound=bound)], max_clients=4, precision=step)
+    rng = np.random.default_rng(seed)
+    ints = rng.integers(-int(bound / step), int(bound / step) + 1, n)
+    ints[: min(n, 3)] = [-int(bound / step), 0, int(bound / step)][: min(n, 3)]
+    x = (ints * step).astype(np.float32)
+    x[x == 0] = -0.0 if seed % 2 else 0.0
+    exact = np.round(x.astype(np.float64) / step).astype(np.int64)  # float32 holds every grid value used here
+    bits = RoundingBits.insecure_seeded(seed)
+    out = np.empty(s.length, dtype=np.uint64)
+    s.encode_into({"x": x}, out, bits)
+    assert bits._blocks == 0
+    assert np.array_equal(out.view(np.int64), exact)
