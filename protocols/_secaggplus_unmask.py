@@ -20,6 +20,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X
 from securefgl.errors import InvalidMessage, ProtocolError, ThresholdError
 from securefgl.protocols import _shamir
 from securefgl.protocols._buffers import recycled
+from securefgl.protocols._fields import PackedRing
 from securefgl.protocols._harary import GraphParameters, SecretSharingGraph
 from securefgl.protocols._prg import expander_for, piece_bounds, ring_dtype, run_claimed
 from securefgl.protocols._secaggplus_params import SecAggPlusConfig, Stage
@@ -317,14 +318,19 @@ class Reconstruction:
         return Outgoing(Stage.DELIVER.value, {self.recipient: deliver.to_bytes()})
 
 
+#: Elements of a packed upload unpacked at a time while summing (64-128 KiB: the buffer stays in cache).
+UNPACK_CHUNK = 16384
+
+
 class RunningSum:
     """:math:`\\sum_u y_u` wrapping in the ring's machine word, in one preallocated accumulator.
 
-    The masked vectors of a stage (read-only views of the message bytes: no copy) are range-checked and added
-    in one batch (:meth:`add_all`), the vector cut into pieces that the protocol's worker threads claim; each
-    piece of each vector is checked right before it is added, while it is in cache. :meth:`total_of` then
-    removes the vectors of clients that did not end up among the survivors (rare: malformed replies,
-    complaints).
+    The masked vectors of a stage (read-only views of the message bytes, or the bytes themselves when the ring's
+    elements are packed narrower than their word: :class:`~securefgl.protocols._fields.PackedRing`; no copy)
+    are range-checked and added in one batch (:meth:`add_all`), the vector cut into pieces that the protocol's
+    worker threads claim; each piece of each vector is (unpacked in chunks into a small buffer and) checked
+    right before it is added, while it is in cache. :meth:`total_of` then removes the vectors of clients that
+    did not end up among the survivors (rare: malformed replies, complaints).
     """
 
     def __init__(self, length: int, ring_bits: int) -> None:
@@ -333,7 +339,7 @@ class RunningSum:
         self.dtype = ring_dtype(ring_bits)
         self.total = recycled(length, self.dtype)
         self.total.fill(0)
-        self.vectors: dict[int, np.ndarray] = {}
+        self.vectors: dict[int, np.ndarray | PackedRing] = {}
 
     def add_all(self, messages: Mapping[int, Any], workers: int = 1) -> list[int]:
         """Add the ``vector`` of every message that has one of this sum's length and ring; return the clients
@@ -345,7 +351,7 @@ class RunningSum:
         items = [
             (c, vec)
             for c, msg in messages.items()
-            if isinstance(vec := getattr(msg, "vector", None), np.ndarray)
+            if isinstance(vec := getattr(msg, "vector", None), (np.ndarray, PackedRing))
             and vec.shape == (self.length,)
             and msg.ring_bits == self.ring_bits
         ]
@@ -357,34 +363,53 @@ class RunningSum:
 
         def piece(i: int) -> None:
             lo, hi = bounds[i]
-            part = self.total[lo:hi]
+            scratch = recycled(UNPACK_CHUNK, self.dtype)  # this thread's: the chunks of packed uploads
             for j, (_, vec) in enumerate(items):
-                v = vec[lo:hi]
-                if limit is not None and v.size and int(v.max()) >= limit:
-                    out_of_range[i].add(j)
-                    continue
-                np.add(part, v, out=part, dtype=self.dtype, casting="unsafe")
+                chunks = _chunks(lo, hi) if isinstance(vec, PackedRing) else ((lo, hi),)
+                for a, b in chunks:
+                    v = vec.unpack_into(a, b, scratch) if isinstance(vec, PackedRing) else vec[a:b]
+                    if limit is not None and v.size and int(v.max()) >= limit:
+                        out_of_range[i].add(j)
+                        self._take_back(vec, lo, a)  # the chunks of this piece already added
+                        break
+                    part = self.total[a:b]
+                    np.add(part, v, out=part, dtype=self.dtype, casting="unsafe")
 
         run_claimed(len(bounds), piece)
         bad = set().union(*out_of_range)
         for j in bad:  # take back the pieces of a bad vector that passed
             for (lo, hi), skipped in zip(bounds, out_of_range, strict=True):
                 if j not in skipped:
-                    part = self.total[lo:hi]
-                    np.subtract(part, items[j][1][lo:hi], out=part, dtype=self.dtype, casting="unsafe")
+                    self._take_back(items[j][1], lo, hi)
         for j, (c, vec) in enumerate(items):
             if j not in bad:
                 self.vectors[c] = vec
         return sorted(items[j][0] for j in bad)
+
+    def _take_back(self, vec: np.ndarray | PackedRing, lo: int, hi: int) -> None:
+        """Subtract elements ``lo`` to ``hi - 1`` of an added vector (unpacked in chunks if packed)."""
+        if not isinstance(vec, PackedRing):
+            part = self.total[lo:hi]
+            np.subtract(part, vec[lo:hi], out=part, dtype=self.dtype, casting="unsafe")
+            return
+        scratch = recycled(UNPACK_CHUNK, self.dtype)
+        for a, b in _chunks(lo, hi):
+            part = self.total[a:b]
+            np.subtract(part, vec.unpack_into(a, b, scratch), out=part, dtype=self.dtype, casting="unsafe")
 
     def total_of(self, survivors: Sequence[int]) -> np.ndarray:
         """The sum of exactly the ``survivors``' vectors (each of which was added)."""
         keep = set(survivors)
         for c, vec in self.vectors.items():
             if c not in keep:
-                np.subtract(self.total, vec, out=self.total, dtype=self.dtype, casting="unsafe")
+                self._take_back(vec, 0, self.length)
         missing = keep - set(self.vectors)
         if missing:  # pragma: no cover - survivors are accepted, hence well-formed, hence added
             raise ProtocolError(f"survivors {sorted(missing)} have no summed input")
         self.vectors.clear()
         return self.total
+
+
+def _chunks(lo: int, hi: int) -> list[tuple[int, int]]:
+    """``[lo, hi)`` cut into ranges of at most :data:`UNPACK_CHUNK` elements."""
+    return [(a, min(a + UNPACK_CHUNK, hi)) for a in range(lo, hi, UNPACK_CHUNK)]

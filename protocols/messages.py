@@ -24,7 +24,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any, ClassVar, TypeVar, overload
+from typing import Any, ClassVar, TypeVar, cast, overload
 
 import numpy as np
 
@@ -411,7 +411,9 @@ def decode(
         expected: the message class (or classes) the receiver accepts in its current stage.
         ring_check: check that every ring vector element is below :math:`2^{bits}`. ``False`` hands that
             check to the caller, which must make it before using the vector (the server's
-            :meth:`~securefgl.protocols._secaggplus_unmask.RunningSum.add_all` does, in the pass that sums).
+            :meth:`~securefgl.protocols._secaggplus_unmask.RunningSum.add_all` does, in the pass that sums),
+            and leaves ring vectors whose elements are narrower than their word packed
+            (:class:`~securefgl.protocols._fields.PackedRing`: the running sum unpacks them piece by piece).
 
     Raises:
         MalformedMessageError: bad magic, unsupported version, unknown or unexpected type, truncation,
@@ -437,8 +439,13 @@ def decode(
                 names = [c.__name__ for c in allowed]
                 raise MalformedMessageError(f"unexpected message {cls.__name__}; expected one of {names}")
         got: dict[str, Any] = {}
-        for name, field, _, _ in _wire_fields(cls):
-            got[name] = field.get(r, got, name)
+        for name, field, _, ring in _wire_fields(cls):
+            if (
+                ring and not ring_check
+            ):  # narrow elements stay packed for the caller that checks and sums them
+                got[name] = cast(RingVector, field).get_packed(r, got, name)
+            else:
+                got[name] = field.get(r, got, name)
         if r.end != r.pos:
             raise MalformedMessageError(f"{r.end - r.pos} trailing bytes after {cls.__name__}")
         return cls._decoded(got, ring_check)

@@ -409,6 +409,42 @@ def test_running_sum_takes_back_the_pieces_of_a_vector_outside_the_ring(bad_at: 
         assert np.array_equal(running.total, expected) and set(running.vectors) == {0, 1, 3}
 
 
+@pytest.mark.parametrize("bad_at", [None, 0, 20_000, 69_999])
+def test_running_sum_of_packed_uploads_unpacks_checks_and_takes_back_in_chunks(bad_at: int | None) -> None:
+    """44-bit rings travel as 6 bytes per element and stay packed until the running sum unpacks them chunk by
+    chunk: the sum equals that of the unpacked vectors, a vector with one element at or above 2^44 (in the first
+    chunk, inside a later one, or among the last elements, whose 8-byte word would run past the message) is
+    excluded with everything of it already added taken back, and a non-survivor is removed by ``total_of``."""
+    from types import SimpleNamespace
+
+    from securefgl.protocols._fields import PackedRing, _pack_narrow
+    from securefgl.protocols._secaggplus_unmask import RunningSum
+
+    rng = np.random.default_rng(1)
+    n, bits = 70_000, 44
+    vecs = {c: rng.integers(0, 2**bits, n, dtype=np.uint64) for c in range(4)}
+    if bad_at is not None:
+        vecs[2][bad_at] = 2**bits + 5
+    packed = {}
+    for c, v in vecs.items():
+        raw = np.empty(n * 6, dtype=np.uint8)
+        _pack_narrow(v, 6, raw)
+        packed[c] = PackedRing(memoryview(raw.tobytes()), 6, n, np.dtype(np.uint64))
+        assert np.array_equal(packed[c].unpack(), v)
+        lo, hi = sorted(rng.integers(0, n + 1, 2).tolist())
+        assert np.array_equal(packed[c].unpack_into(lo, hi, np.empty(n, np.uint64)), v[lo:hi])
+    good = [c for c in vecs if c != 2 or bad_at is None]
+    for workers in (1, 2):
+        running = RunningSum(n, bits)
+        msgs = {c: SimpleNamespace(vector=p, ring_bits=bits) for c, p in packed.items()}
+        assert running.add_all(msgs, workers) == ([] if bad_at is None else [2])
+        mask = np.uint64(2**bits - 1)
+        assert np.array_equal(running.total & mask, sum(vecs[c] for c in good) & mask)
+        assert set(running.vectors) == set(good)
+        total = running.total_of([c for c in good if c != 0])
+        assert np.array_equal(total & mask, sum(vecs[c] for c in good if c != 0) & mask)
+
+
 #: The encodings of Curve25519's points of order 1, 2, 4 and 8 and their non-canonical forms (u + p), as
 #: little-endian u-coordinates (the list libsodium refuses).
 _P25519 = 2**255 - 19

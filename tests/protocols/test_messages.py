@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from securefgl.errors import MalformedMessageError
 from securefgl.protocols import messages as m
+from securefgl.protocols._fields import PackedRing
 from securefgl.protocols._shamir import LIMBS, PRIME
 
 
@@ -255,6 +256,10 @@ def test_ring_check_false_hands_the_range_check_to_the_caller() -> None:
     with pytest.raises(MalformedMessageError, match=">= 2\\^20"):
         m.decode(bytes(data), m.MaskedInput)
     back = m.decode(bytes(data), m.MaskedInput, ring_check=False).vector
-    assert back.tolist() == [1, 2**20 - 1 + 2**20]
+    assert isinstance(back, PackedRing) and back.shape == (2,)  # narrower than its word: left packed
+    assert back.unpack().tolist() == [1, 2**20 - 1 + 2**20]
+    whole = m.MaskedInput(bytes(32), (), 32, np.array([1, 2**32 - 1], dtype=np.uint32)).to_bytes()
+    view = m.decode(whole, m.MaskedInput, ring_check=False).vector  # whole words: a view of the bytes
+    assert isinstance(view, np.ndarray) and view.tolist() == [1, 2**32 - 1] and not view.flags.writeable
     with pytest.raises(MalformedMessageError, match="trailing"):
         m.decode(bytes(data) + b"\x00", m.MaskedInput, ring_check=False)
