@@ -79,12 +79,29 @@ HEAD_SPACE: dict[str, list[Any]] = {
     "aggregation_noise_scale": [0.5, 1.0, 2.0, 4.0, 8.0],
     "split": [0.5, 0.7, 0.9],
 }
+#: The same head under GAP's guarantee (``classifier=noisy-head``): its links read the noised aggregates of one hop
+#: (multiplier ``aggregation_noise_scale`` times the encoder's) and its full-batch steps have sensitivity ``C``
+#: (multiplier ``head_noise_scale`` times the encoder's).
+NOISY_HEAD_SPACE: dict[str, list[Any]] = {
+    "degree_bound": [2, 3, 5, 10],
+    "encoder_dim": [4, 8, 16, 32],
+    "embedding": ["hidden", "prediction", "vote", "labels"],
+    "link_prior": [0.0, 0.5, 1.0, 2.0],
+    "aggregation_noise_scale": [0.1, 0.2, 0.3, 0.5, 1.0],
+    "head_noise_scale": [2.0, 4.0, 8.0, 16.0, 32.0],
+    "split": [0.5, 0.7, 0.9],
+}
 #: Each GAP variant's own options (drawn from their own stream) beyond :data:`SPACE`.
-OWN_SPACES: dict[str, dict[str, list[Any]]] = {"GAP node": GAP_SPACE, "GAP node head": HEAD_SPACE}
+OWN_SPACES: dict[str, dict[str, list[Any]]] = {
+    "GAP node": GAP_SPACE,
+    "GAP node head": HEAD_SPACE,
+    "GAP node noisy head": NOISY_HEAD_SPACE,
+}
 #: The searched methods and the name of their tuned rows in the report.
 TUNED = {
     "GAP node": "GAP node tuned",
     "GAP node head": "GAP node head tuned",
+    "GAP node noisy head": "GAP node noisy head tuned",
     "DP-MLP node": "DP-MLP node tuned",
 }
 SEARCH_SEEDS = (0, 1)
@@ -138,7 +155,8 @@ def _draw(dataset: str, method: str, i: int) -> dict[str, Any]:
     shared = random.Random(f"{dataset}/{i}")
     hp = {k: shared.choice(v) for k, v in SPACE.items()}
     if method in OWN_SPACES:
-        own = random.Random(f"{dataset}/{i}/{'gap' if method == 'GAP node' else 'head'}")
+        stream = {"GAP node": "gap", "GAP node head": "head"}.get(method, "noisy-head")
+        own = random.Random(f"{dataset}/{i}/{stream}")
         hp.update({k: own.choice(v) for k, v in OWN_SPACES[method].items()})
     return hp
 

@@ -22,6 +22,8 @@ GAP / DP-MLP node tuned     GAP's node-level model and DP-MLP with hyperparamete
                             at the same budget (``examples/privacy_tuning.py``, which writes these rows)
 GAP node head tuned         the node-DP head (``classifier=head``, one hop of exact aggregates) searched
                             the same way (its guarantee covers the released model, not predictions)
+GAP node noisy head tuned   the same head on one hop of GAP's noised aggregates (``classifier=noisy-head``:
+                            GAP's guarantee, predictions included), searched the same way
 ==========================  ==========================================================================
 
 Usage::

@@ -27,12 +27,15 @@ METHODS: dict[str, tuple[str, str, str | None, tuple[float, ...]]] = {
     # rows of examples/privacy_tuning.py: the same models with hyperparameters searched on validation
     "GAP node tuned": ("gap", "gcn", "node", EPSILONS[:-1]),
     "GAP node head tuned": ("gap", "gcn", "node", EPSILONS[:-1]),
+    "GAP node noisy head tuned": ("gap", "gcn", "node", EPSILONS[:-1]),
     "DP-MLP node tuned": ("gap", "mlp", "node", EPSILONS),
 }
 #: Methods ``run`` trains with the fixed recipe (the tuned rows come from ``examples/privacy_tuning.py evaluate``).
 FIXED_RECIPE = tuple(m for m in METHODS if not m.endswith(" tuned"))
-#: The node-DP head's search (``examples/privacy_tuning.py --method "GAP node head"``), not a fixed-recipe row.
+#: The node-DP heads' searches (``examples/privacy_tuning.py --method "GAP node head"``, ``"GAP node noisy
+#: head"``), not fixed-recipe rows.
 METHODS["GAP node head"] = ("gap", "gcn", "node", EPSILONS[:-1])
+METHODS["GAP node noisy head"] = ("gap", "gcn", "node", EPSILONS[:-1])
 
 #: Options beyond the privacy unit and epsilon: GAP with one hop of neighbour votes and the residual classifier
 #: (30 encoder rounds, then 20 in which the classifier trains the encoder on: 50 DP-SGD steps, as DP-MLP).
@@ -46,6 +49,7 @@ METHOD_OPTIONS: dict[str, dict[str, Any]] = {
         "classifier_rounds": 20,
     },
     "GAP node head": {"classifier": "head", "hops": 1},
+    "GAP node noisy head": {"classifier": "noisy-head", "hops": 1},
     "GAP node vote-head": {
         "embedding": "vote",
         "classifier": "head",

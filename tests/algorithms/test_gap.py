@@ -126,6 +126,7 @@ def test_dp_mlp_is_one_phase() -> None:
         ({"classifier": "mlp"}, "classifier"),
         ({"classifier_rounds": 0}, "classifier_rounds"),
         ({"aggregation_noise_scale": 0.0}, "aggregation_noise_scale"),
+        ({"head_noise_scale": math.inf}, "head_noise_scale"),
         ({"link_prior": math.nan}, "link_prior"),
     ],
 )
@@ -376,3 +377,91 @@ def test_node_level_head_runs_under_secagg_as_plaintext() -> None:
     assert abs(q["test_acc"] - p["test_acc"]) <= 0.02
     assert [r.phase for r in secure.seeds[0].rounds] == ["encoder"] * 6 + ["classifier"] * 3
     assert [m["sample_rate"] for m in secure.privacy["mechanisms"]] == [0.25, 1.0]
+
+
+def test_the_noisy_head_plan_noises_the_hops_and_its_steps_at_the_clip_norm() -> None:
+    """GAP's guarantee with a head: the hops are noised as GAP's, the head's full-batch steps have sensitivity C
+    (the aggregates are released), and the epsilon is Opacus's for the three parts."""
+    from opacus.accountants import RDPAccountant
+
+    kw = {"model_layers": 2, "rounds": 20, "num_nodes": 1000, "clients_per_round": 10}
+    opts = GAPOptions(
+        privacy="node",
+        epsilon=4.0,
+        embedding="labels",
+        classifier="noisy-head",
+        hops=1,
+        degree_bound=3,
+        classifier_rounds=6,
+        clip=2.0,
+        aggregation_noise_scale=0.5,
+        head_noise_scale=8.0,
+    )
+    plan = make_plan(opts, model_name="gcn", **kw)
+    z = plan.noise_multiplier
+    assert plan.aggregation_noise_std == pytest.approx(0.5 * z * math.sqrt(3))  # node sensitivity sqrt(D)
+    assert plan.classifier_sample_rate == 1.0
+    assert plan.classifier_noise_share_std == pytest.approx(8.0 * z * 2.0 / math.sqrt(10))  # C, not (2D+1)C
+    assert [m["name"] for m in plan.statement.mechanisms] == [
+        "encoder DP-SGD",
+        "aggregation perturbation",
+        "head DP-GD (full batch, sensitivity C)",
+    ]
+    acc = RDPAccountant()
+    acc.history = [(z, opts.sample_rate, 20), (0.5 * z, 1.0, 1), (8.0 * z, 1.0, 6)]
+    assert plan.statement.epsilon == pytest.approx(acc.get_epsilon(plan.statement.delta), rel=1e-12)
+    assert 3.95 < plan.statement.epsilon <= 4.0
+    said = " ".join(plan.statement.assumptions)
+    assert (
+        "predictions a client computes on its graph are covered" in said
+        and "not covered if published" not in said
+    )
+
+
+def test_the_noisy_head_is_the_head_on_noised_aggregates() -> None:
+    from securefgl.algorithms.base import Client, RoundState, Setting
+    from securefgl.algorithms.gap.schema import phase_params
+    from securefgl.algorithms.registry import create_algorithm
+    from securefgl.config.train import TrainConfig
+    from securefgl.data import make_csbm
+    from securefgl.nn.registry import ModelSpec
+
+    model = _tiny_model(embedding="labels", classifier="noisy-head", link_prior=2.0)
+    assert torch.equal(model.cls.links[0].weight, 2.0 * torch.eye(3))
+    assert sorted(phase_params(model.flat_state(), "classifier", "noisy-head")) == [
+        "links.0.bias",
+        "links.0.weight",
+    ]
+
+    data = make_csbm(num_nodes=100, num_classes=3, num_features=6, seed=0)
+    data.train_mask = torch.arange(100) % 2 == 0
+    setting = Setting(
+        6, 3, 1, 100, 100, ModelSpec("gcn", hidden=8), TrainConfig(rounds=2), max_clients_per_round=1
+    )
+    aggregates = {}
+    for classifier in ("head", "noisy-head"):
+        opts = {"privacy": "node", "epsilon": 4.0, "embedding": "labels", "classifier": classifier, "hops": 1}
+        alg = create_algorithm("gap", setting, {**opts, "noise": "insecure-seeded"})
+        client = Client(0, data, torch.Generator().manual_seed(0))
+        alg.init_client(client)
+        rs = RoundState("classifier", 0, 0, (0,), alg.initial_broadcast(alg.init_server(torch.Generator())))
+        alg.evaluate([client], rs.broadcast, rs)
+        aggregates[classifier] = client.state["gap"]["aggregates"][1]
+        noise = alg.plan.aggregation_noise_std
+        assert (noise > 0) == (classifier == "noisy-head")
+    # the same bounded graph and labels, normalised after the noise: every row of the noisy head's hop moved
+    diff = aggregates["noisy-head"] - aggregates["head"]
+    assert bool((diff.abs().sum(dim=1) > 0).all())
+
+
+def test_node_level_noisy_head_runs_under_secagg() -> None:
+    opts = {"privacy": "node", "epsilon": 4.0, "embedding": "labels", "classifier": "noisy-head", "hops": 1}
+    res = _run("secagg", **opts, classifier_rounds=3, link_prior=1.0, head_noise_scale=4.0)
+    assert [r.phase for r in res.seeds[0].rounds] == ["encoder"] * 6 + ["classifier"] * 3
+    assert [(m["sample_rate"], m["steps"]) for m in res.privacy["mechanisms"]] == [
+        (0.25, 6),
+        (1.0, 1),
+        (1.0, 3),
+    ]
+    assert 3.95 < res.privacy["epsilon"] <= 4.0
+    assert 0.0 <= res.metric("test_acc")[0] <= 1.0

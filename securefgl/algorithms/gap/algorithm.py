@@ -18,6 +18,8 @@ GAP splits a GNN into three modules so that the edges are queried a fixed number
    frozen encoder's logits plus per-hop links on the exact aggregates, trained with full-batch DP gradient
    descent at the node sensitivity ``(2D + 1) C`` (one hop; ``K`` hops: ``plan.head_sensitivity``); the
    released model is node-DP, the client's predictions on its own graph are not (GAP's guarantee covers them).
+   ``classifier=noisy-head`` keeps GAP's guarantee with the same head: its links read the noised aggregates
+   and its full-batch steps have sensitivity ``C`` (their noise scaled by ``head_noise_scale``).
 
 Federated, every client runs the three steps on its own subgraph, and the encoder and classifier are learnt over
 secure sums (phases ``encoder`` then ``classifier``). Under node-level DP each round is one federated DP-SGD step:

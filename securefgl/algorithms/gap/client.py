@@ -12,7 +12,8 @@ Per client :math:`k`, on its own subgraph only:
 4. classifier phase, every round: the same for the classifier on the local training nodes' rows of
    :math:`X^{(0..K)}` (the residual classifier: their features and :math:`X^{(1..K)}`; the head: the frozen
    encoder's logits and the exact :math:`X^{(1..K)}`, every training node in every step, with the noise of
-   the head's sensitivity, ``(2D + 1) C`` for one hop).
+   the head's sensitivity, ``(2D + 1) C`` for one hop; the noisy head: the same on the noised
+   :math:`X^{(1..K)}`, at sensitivity ``C``).
 
 Evaluation applies the broadcast model to the client's own aggregates, client side.
 """
@@ -80,7 +81,9 @@ class GAPClient:
                     y = client.data.y.clamp_min(0)
                     known = F.one_hot(y, self.setting.num_classes) * client.data.train_mask[:, None]
                 x0 = model.embedding(client.data.x, known)
-                noise = self.plan.aggregation_noise_std if self.options.private else 0.0  # 0 for the head
+                noise = (
+                    self.plan.aggregation_noise_std if self.options.private else 0.0
+                )  # 0: the (exact) head
                 aggs = perturbed_aggregates(
                     x0.cpu(), st["edges"].cpu(), self.plan.hops, noise_std=noise, generator=st["noise"]
                 )

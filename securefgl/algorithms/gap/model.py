@@ -16,6 +16,9 @@ r"""GAP's three modules as one ``torch.nn.Module`` of ``torch.nn.Linear`` layers
   for one hop (a node is its own example and in the aggregates of at most ``D`` others; ``K`` hops:
   :func:`~securefgl.algorithms.gap.plan.head_sensitivity`), so the released model is node-DP without noising
   the aggregates, and predictions read the client's exact graph (not covered when published);
+* classifier ``"noisy-head"``: the same head on GAP's noised aggregates (released once, so a node's example reads
+  only its own logits, label and rows of them): full-batch DP gradient descent at sensitivity ``C``, and GAP's
+  guarantee, predictions included;
 * classifier ``"residual"``: the encoder's own logits on the raw features plus a linear ``link`` per hop
   :math:`k = 1..K`, started at zero and trained with the encoder: the classifier phase starts from the
   encoder's prediction, and its DP-SGD steps keep improving the encoder instead of fitting a new model on a
@@ -39,6 +42,7 @@ from securefgl.nn._functional import dropout, init_parameters
 __all__ = [
     "CLASSIFIER_PARTS",
     "ENCODER_PARTS",
+    "HEADS",
     "RESIDUAL_PARTS",
     "GAPModel",
     "build_gap_model",
@@ -47,6 +51,8 @@ __all__ = [
 ]
 
 ENCODER_PARTS = ("encoder.", "head.")
+#: The classifiers that are a linear term per hop on the frozen encoder's logits (exact or noised aggregates).
+HEADS = ("head", "noisy-head")
 CLASSIFIER_PARTS = ("bases.", "out.")
 RESIDUAL_PARTS = ("links.",)
 
@@ -144,7 +150,7 @@ class GAPModel(torch.nn.Module):
             wide) (:meth:`embedding`).
         classifier: ``"gap"`` (per-hop layers, concatenated, then a linear output) or ``"residual"`` (the
             encoder's logits plus a zero-initialised linear term per hop ``k >= 1``; see :class:`_Residual`) or
-            ``"head"`` (the same terms on the frozen encoder's logits; see :class:`_Head`).
+            ``"head"`` or ``"noisy-head"`` (the same terms on the frozen encoder's logits; see :class:`_Head`).
         link_prior: Start of every link's weight as ``link_prior * I`` when the aggregates are ``C`` wide (a
             public prior: a neighbour's vote backs its class); 0 starts the links at zero.
         dropout: Dropout before every linear layer (seeded: set ``enc.generator`` and ``cls.generator``).
@@ -175,7 +181,7 @@ class GAPModel(torch.nn.Module):
         class_wide = embedding in ("prediction", "vote", "labels")
         width = num_classes if class_wide else in_channels if embedding == "features" else encoder_dim
         self.cls: _Classifier | _Residual | _Head | None = None
-        if hops > 0 and classifier == "head":
+        if hops > 0 and classifier in HEADS:
             self.cls = _Head(torch.nn.ModuleList(torch.nn.Linear(width, num_classes) for _ in range(hops)))
         elif hops > 0 and classifier == "residual":
             links = torch.nn.ModuleList(torch.nn.Linear(width, num_classes) for _ in range(hops))
@@ -269,7 +275,7 @@ def phase_parts(phase: str, classifier: str) -> tuple[str, ...]:
     ``"residual"``: the encoder, head and links)."""
     if phase == "encoder":
         return ENCODER_PARTS
-    if classifier == "head":
+    if classifier in HEADS:
         return RESIDUAL_PARTS
     return ENCODER_PARTS + RESIDUAL_PARTS if classifier == "residual" else CLASSIFIER_PARTS
 

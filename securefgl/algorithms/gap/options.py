@@ -19,7 +19,7 @@ EMBEDDINGS = ("hidden", "prediction", "vote", "features", "labels")
 
 #: The classification modules: GAP's per-hop layers, the encoder plus per-hop linear terms (trained on), or
 #: the frozen encoder plus per-hop linear terms on exact aggregates (a node-DP head).
-CLASSIFIERS = ("gap", "residual", "head")
+CLASSIFIERS = ("gap", "residual", "head", "noisy-head")
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,10 @@ class GAPOptions:
             (``(1 + 2 (D + ... + D^K)) C`` for ``K``; no aggregation noise): the released model is node-DP, but
             predictions computed on the client's own graph read its neighbours' exact votes and are not
             covered if published (GAP's guarantee covers them; this one, as Daigavane et al. 2021, covers the
-            model). (default: ``"gap"``)
+            model). ``"noisy-head"``: the same head on GAP's noised aggregates (the hops' noise as for the other
+            classifiers), trained with full-batch DP gradient descent at sensitivity ``C`` (the aggregates are
+            released once, so a node's example reads only its own logits, label and rows of them): GAP's
+            guarantee, predictions included, with the few weights of a head. (default: ``"gap"``)
         link_prior: Start of every per-hop link as ``link_prior * I`` when the aggregates are class-wide
             (``prediction``, ``vote`` or ``labels``): a public prior that a neighbour's vote backs its class.
             (default: ``0.0``)
@@ -74,6 +77,9 @@ class GAPOptions:
             multiplier is large (above 10 for 300 full-batch steps at epsilon 8) and a hop that is to carry
             signal needs a small fraction of it (0.05-0.1: multiplier about 1), at a modest cost to the
             gradients. With ``classifier="head"`` it scales the head's steps instead. (default: ``1.0``)
+        head_noise_scale: With ``classifier="noisy-head"``, the head's DP gradient descent noise multiplier over
+            the encoder DP-SGD's: a head of a few weights summed over every training node of the federation
+            tolerates a large multiplier, which leaves the budget to the encoder and the hops. (default: ``1.0``)
         param_bound: Public clip range of every uploaded parameter. (default: ``16.0``)
         noise: Randomness of the DP noise: ``"os"`` (a generator seeded from ``os.urandom``) or
             ``"insecure-seeded"`` (from the client's seeded generator: reproducible runs, for tests and
@@ -92,9 +98,10 @@ class GAPOptions:
     encoder_layers: int = 1
     encoder_dim: int = 16
     embedding: Literal["hidden", "prediction", "vote", "features", "labels"] = "hidden"
-    classifier: Literal["gap", "residual", "head"] = "gap"
+    classifier: Literal["gap", "residual", "head", "noisy-head"] = "gap"
     link_prior: float = 0.0
     aggregation_noise_scale: float = 1.0
+    head_noise_scale: float = 1.0
     param_bound: float = 16.0
     noise: Literal["os", "insecure-seeded"] = "os"
 
@@ -134,6 +141,10 @@ class GAPOptions:
         if not (self.aggregation_noise_scale > 0 and math.isfinite(self.aggregation_noise_scale)):
             raise ConfigError(
                 f"{where}.aggregation_noise_scale must be a finite number > 0, got {self.aggregation_noise_scale}"
+            )
+        if not (self.head_noise_scale > 0 and math.isfinite(self.head_noise_scale)):
+            raise ConfigError(
+                f"{where}.head_noise_scale must be a finite number > 0, got {self.head_noise_scale}"
             )
         if self.encoder_layers < 1:
             raise ConfigError(f"{where}.encoder_layers must be >= 1, got {self.encoder_layers}")

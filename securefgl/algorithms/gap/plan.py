@@ -55,8 +55,9 @@ class GAPPlan:
         noise_shares: ``m``: the clients whose noise shares make up one DP-SGD step's noise (node level).
         gradient_noise_share_std: Each client's share :math:`z C / \\sqrt m` of a DP-SGD step's noise.
         classifier_noise_share_std: Each client's noise share in a classifier step (the head's: scaled to its
-            :func:`head_sensitivity` times ``C``, ``(2D + 1) C`` for one hop; else the DP-SGD one).
-        classifier_sample_rate: Sampling rate of a classifier step (1 for the head's full batch).
+            :func:`head_sensitivity` times ``C``, ``(2D + 1) C`` for one hop; the noisy head's: ``C`` times
+            ``head_noise_scale``; else the DP-SGD one).
+        classifier_sample_rate: Sampling rate of a classifier step (1 for either head's full batch).
         statement: The run's :class:`~securefgl.privacy.PrivacyStatement`.
     """
 
@@ -97,6 +98,16 @@ def _assumptions(options: Any, delta_default: bool, noise_shares: int, hops: int
                     "node still moves a step's sum by at most C"
                 ]
                 if options.classifier == "residual"
+                else []
+            ),
+            *(
+                [
+                    "noisy head: full-batch DP gradient descent of the links on the frozen encoder's logits and "
+                    "the noised aggregates, released once; a node's example reads only its own logits, label and "
+                    "rows of them, so one node moves a step's sum by at most C; the model and the predictions a "
+                    "client computes on its graph are covered"
+                ]
+                if options.classifier == "noisy-head"
                 else []
             ),
             *(
@@ -144,6 +155,7 @@ def make_plan(
     shares = max(1, clients_per_round)
     agg_scale = options.aggregation_noise_scale
     head = options.classifier == "head" and hops > 0
+    noisy_head = options.classifier == "noisy-head" and hops > 0
     if options.privacy == "node" and head:
         parts = [
             Mechanism("encoder DP-SGD", options.sample_rate, enc_rounds),
@@ -154,6 +166,12 @@ def make_plan(
                 cls_rounds,
                 agg_scale,
             ),
+        ]
+    elif options.privacy == "node" and noisy_head:
+        parts = [
+            Mechanism("encoder DP-SGD", options.sample_rate, enc_rounds),
+            Mechanism("aggregation perturbation", 1.0, hops, agg_scale),
+            Mechanism("head DP-GD (full batch, sensitivity C)", 1.0, cls_rounds, options.head_noise_scale),
         ]
     elif options.privacy == "node":
         parts = [
@@ -186,4 +204,7 @@ def make_plan(
     if options.privacy == "node" and head:
         head_share = agg_z * head_sensitivity(options.degree_bound, hops) * options.clip / math.sqrt(shares)
         return GAPPlan(hops, enc_rounds, cls_rounds, z, 0.0, shares, share, statement, head_share, 1.0)
+    if options.privacy == "node" and noisy_head:
+        head_share = z * options.head_noise_scale * options.clip / math.sqrt(shares)
+        return GAPPlan(hops, enc_rounds, cls_rounds, z, std, shares, share, statement, head_share, 1.0)
     return GAPPlan(hops, enc_rounds, cls_rounds, z, std, shares, share, statement, share, options.sample_rate)
