@@ -410,15 +410,20 @@ def test_running_sum_takes_back_the_pieces_of_a_vector_outside_the_ring(bad_at: 
 
 
 @pytest.mark.parametrize("bad_at", [None, 0, 20_000, 69_999])
-def test_running_sum_of_packed_uploads_unpacks_checks_and_takes_back_in_chunks(bad_at: int | None) -> None:
+def test_running_sum_of_packed_uploads_unpacks_checks_and_takes_back_in_chunks(
+    bad_at: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """44-bit rings travel as 6 bytes per element and stay packed until the running sum unpacks them chunk by
     chunk: the sum equals that of the unpacked vectors, a vector with one element at or above 2^44 (in the first
     chunk, inside a later one, or among the last elements, whose 8-byte word would run past the message) is
     excluded with everything of it already added taken back, and a non-survivor is removed by ``total_of``."""
     from types import SimpleNamespace
 
+    from securefgl.protocols import _secaggplus_unmask
     from securefgl.protocols._fields import PackedRing, _pack_narrow
     from securefgl.protocols._secaggplus_unmask import RunningSum
+
+    monkeypatch.setattr(_secaggplus_unmask, "UNPACK_CHUNK", 16384)  # several chunks per piece of 35,000
 
     rng = np.random.default_rng(1)
     n, bits = 70_000, 44
