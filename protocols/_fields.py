@@ -410,10 +410,17 @@ class PackedRing:
     2^(8 width); the caller checks the ring's own bound.
     """
 
-    __slots__ = ("count", "dtype", "raw", "width")
+    __slots__ = ("_main", "_mask", "_words", "count", "dtype", "raw", "width")
 
     def __init__(self, raw: memoryview, width: int, count: int, dtype: np.dtype) -> None:
         self.raw, self.width, self.count, self.dtype = raw, width, count, dtype
+        size = dtype.itemsize
+        # Element i is read as a whole little-endian word starting at byte i*width (an overlapping, unaligned
+        # strided view of the message: no copy), its bytes beyond ``width`` (the next elements') masked off. The
+        # last elements, whose word would run past the vector, are assembled byte by byte.
+        self._main = max(0, count - -(-(size - width) // width))
+        self._words = np.ndarray((self._main,), dtype=f"<u{size}", buffer=raw, strides=(width,))
+        self._mask = dtype.type((1 << (8 * width)) - 1)
 
     @property
     def shape(self) -> tuple[int]:
@@ -422,12 +429,21 @@ class PackedRing:
     def unpack_into(self, lo: int, hi: int, out: np.ndarray) -> np.ndarray:
         """``out[: hi - lo]`` = elements ``lo`` to ``hi - 1``; returns that slice."""
         dst = out[: hi - lo]
-        _unpack_range(self.raw, self.width, lo, hi, dst)
+        end = min(hi, self._main)
+        if lo < end:
+            np.bitwise_and(self._words[lo:end], self._mask, out=dst[: end - lo])
+        if hi > self._main:
+            w = self.width
+            b = np.frombuffer(self.raw, dtype=np.uint8)
+            for i in range(max(lo, self._main), hi):
+                dst[i - lo] = int.from_bytes(b[i * w : (i + 1) * w].tobytes(), "little")
         return dst
 
     def unpack(self) -> np.ndarray:
         """The whole vector, in a recycled buffer (reused once nothing refers to it)."""
-        return self.unpack_into(0, self.count, recycled(self.count, self.dtype))
+        buf = recycled(self.count, self.dtype)
+        self.unpack_into(0, self.count, buf)
+        return buf  # the pooled array itself: the pool sees when nothing refers to it any more
 
 
 def _pack_narrow(arr: np.ndarray, width: int, packed: np.ndarray) -> None:
@@ -462,31 +478,6 @@ def _packed_record(width: int) -> tuple[np.dtype[np.void], int]:
         }
     )
     return record, head
-
-
-def _unpack_narrow(raw: memoryview, width: int, out: np.ndarray) -> None:
-    """``out[i]`` = the little-endian integer of bytes ``raw[i*width : (i+1)*width]`` (``width`` below the word)."""
-    _unpack_range(raw, width, 0, out.shape[0], out)
-
-
-def _unpack_range(raw: memoryview, width: int, lo: int, hi: int, out: np.ndarray) -> None:
-    """``out[i - lo]`` = the little-endian integer of bytes ``raw[i*width : (i+1)*width]`` for ``lo <= i < hi``.
-
-    Element ``i`` is read as a whole little-endian word starting at byte ``i*width`` (an overlapping, unaligned
-    strided view of the message: no copy) and its bytes beyond ``width``, which belong to the next elements,
-    are masked off: one pass. The last elements of the vector, whose word would run past it, are assembled
-    byte by byte.
-    """
-    size = out.dtype.itemsize
-    count = len(raw) // width
-    main = max(0, count - -(-(size - width) // width))  # elements whose whole word lies inside ``raw``
-    end = min(hi, main)
-    if lo < end:
-        words = np.ndarray((end - lo,), dtype=f"<u{size}", buffer=raw, offset=lo * width, strides=(width,))
-        np.bitwise_and(words, out.dtype.type((1 << (8 * width)) - 1), out=out[: end - lo])
-    b = np.frombuffer(raw, dtype=np.uint8)
-    for i in range(max(lo, main), hi):
-        out[i - lo] = int.from_bytes(b[i * width : (i + 1) * width].tobytes(), "little")
 
 
 class ShareMatrix(Field):

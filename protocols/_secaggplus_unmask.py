@@ -366,15 +366,21 @@ class RunningSum:
             lo, hi = bounds[i]
             scratch = recycled(UNPACK_CHUNK, self.dtype)  # this thread's: the chunks of packed uploads
             for j, (_, vec) in enumerate(items):
-                chunks = _chunks(lo, hi) if isinstance(vec, PackedRing) else ((lo, hi),)
-                for a, b in chunks:
-                    v = vec.unpack_into(a, b, scratch) if isinstance(vec, PackedRing) else vec[a:b]
+                a = lo
+                while a < hi:
+                    if isinstance(vec, PackedRing):
+                        b = min(a + UNPACK_CHUNK, hi)
+                        v = vec.unpack_into(a, b, scratch)
+                    else:
+                        b = hi
+                        v = vec[a:b]
                     if limit is not None and v.size and int(v.max()) >= limit:
                         out_of_range[i].add(j)
                         self._take_back(vec, lo, a)  # the chunks of this piece already added
                         break
                     part = self.total[a:b]
                     np.add(part, v, out=part, dtype=self.dtype, casting="unsafe")
+                    a = b
 
         run_claimed(len(bounds), piece)
         bad = set().union(*out_of_range)
