@@ -34,7 +34,9 @@ comes from the OS CSPRNG, so a rerun scores trials a little differently and its 
 elsewhere. Measured on this project's 2-core machine (2026-12-05; 30 + 30 trials, Chameleon 30 + 10; test
 accuracy at epsilon 8 over seeds 0-4, ROC AUC on Minesweeper): on Cora / CiteSeer / Chameleon / Minesweeper
 GAP tuned 51.7 / 52.8 / 36.8 / 54.0, DP-MLP tuned 53.4 / 50.9 / 38.3 / 50.7, the node-DP head tuned 71.6 / 65.6
-/ - / 83.6 (the README's privacy section has the whole table). A search of 60 trials took 21-42 minutes per
+/ - / 83.6 (the README's privacy section has the whole table). The same head under GAP's guarantee
+(``--method "GAP node noisy head"``, ``classifier=noisy-head``; Cora 30 + 30 trials, 2026-12-05): 54.6 on Cora,
+level with DP-MLP (seeds 5-9: 54.6 against 54.5). A search of 60 trials took 21-42 minutes per
 method on Cora or CiteSeer with two searches sharing the two cores, 10-15 minutes on Minesweeper.
 """
 
