@@ -367,11 +367,8 @@ class RingVector(Field):
 
     def get(self, r: _Reader, got: Mapping[str, Any], name: str) -> np.ndarray:
         vec = self.get_packed(r, got, name)
-        if isinstance(vec, PackedRing):
-            return (
-                vec.unpack()
-            )  # the range check (elements < 2^bits) runs once, in ``check``, on construction
-        return vec
+        # the range check (elements < 2^bits) runs once, in ``check``, on construction
+        return vec.unpack() if isinstance(vec, PackedRing) else vec
 
     def get_packed(self, r: _Reader, got: Mapping[str, Any], name: str) -> np.ndarray | PackedRing:
         """As :meth:`get`, but elements narrower than their word stay packed (:class:`PackedRing`), for a

@@ -81,9 +81,8 @@ class GAPClient:
                     y = client.data.y.clamp_min(0)
                     known = F.one_hot(y, self.setting.num_classes) * client.data.train_mask[:, None]
                 x0 = model.embedding(client.data.x, known)
-                noise = (
-                    self.plan.aggregation_noise_std if self.options.private else 0.0
-                )  # 0: the (exact) head
+                # 0 without privacy, and in the plan of the (exact) head
+                noise = self.plan.aggregation_noise_std if self.options.private else 0.0
                 aggs = perturbed_aggregates(
                     x0.cpu(), st["edges"].cpu(), self.plan.hops, noise_std=noise, generator=st["noise"]
                 )
