@@ -9,7 +9,9 @@ comes from ``mmap`` (or from heap pages the allocator handed back when the last 
 arrays), so its first write costs a page fault per 4 KiB: at d = 92,231 and 40-bit rings, about 180
 faults per array, and more than half of the server's upload stage on this project's VM (10 clients: 5.6-6.0
 ms with fresh arrays, 2.1-2.2 ms recycled). :func:`recycled` hands out an array whose memory a previous call
-already touched.
+already touched. A recycled array that sits idle for a round can still be paged out by a host that reclaims idle
+memory (this VM does), which is why the server's running sum no longer unpacks uploads into vectors of their own
+but into one small chunk buffer per thread (:class:`~securefgl.protocols._fields.PackedRing`).
 
 A buffer is handed out again only when nothing refers to it but the pool: every numpy view, memoryview
 or tensor made from an array keeps a reference to the array that owns the memory, so a buffer still
