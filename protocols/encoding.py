@@ -86,6 +86,7 @@ from securefgl.protocols._ring import (
     ring_sum,
 )
 from securefgl.protocols._rounding import RoundingBits, encode_real_into
+from securefgl.protocols._small_blocks import SmallBlocks
 from securefgl.protocols._validation import (
     check_names,
     fast_real_input,
@@ -192,6 +193,7 @@ class SumSchema:
         self.scales: dict[str, float] = {n: math.ldexp(1.0, f) for n, f in self._exponents.items()}
         self.steps: dict[str, float] = {n: math.ldexp(1.0, -f) for n, f in self._exponents.items()}
         self._fingerprint: bytes | None = None
+        self._small: dict[int, SmallBlocks] = {}
 
     # -- lookups -------------------------------------------------------------------------------------
 
@@ -363,7 +365,8 @@ class SumSchema:
     def encode_into(
         self, contribution: Mapping[str, Any], out: np.ndarray, bits: RoundingBits
     ) -> dict[str, int]:
-        """Hazmat: validate, clip and encode into the ring words ``out``, in one fused pass per block.
+        """Hazmat: validate, clip and encode into the ring words ``out``, in one fused pass per block (the
+        small blocks in one batch: :mod:`~securefgl.protocols._small_blocks`).
 
         ``out`` (``uint32`` for rings of at most 32 bits, or ``uint64``; ``(length,)``, C-contiguous)
         receives the encodings as two's-complement words, *not reduced* mod :math:`2^k`: the caller
@@ -385,8 +388,13 @@ class SumSchema:
         if out.dtype == np.uint32 and self.ring_bits > 32:
             raise EncodingError(f"a {self.ring_bits}-bit ring needs uint64 words")
         words = out.view(np.int32 if out.dtype == np.uint32 else np.int64)
+        small = self._small_blocks(8 * out.dtype.itemsize)
+        batched = small.names if small.encode_into(contribution, words) else frozenset()
         clips: dict[str, int] = {}
         for spec in self.blocks:
+            if spec.name in batched:
+                clips[spec.name] = 0
+                continue
             dst = words[self.slices[spec.name]]
             value = contribution[spec.name]
             scale = self.scales[spec.name]
@@ -401,6 +409,14 @@ class SumSchema:
             else:
                 np.copyto(dst, vals, casting="unsafe")
         return clips
+
+    def _small_blocks(self, word_bits: int) -> SmallBlocks:
+        """The blocks :meth:`encode_into` encodes in one batch (:mod:`~securefgl.protocols._small_blocks`),
+        built once per word size."""
+        small = self._small.get(word_bits)
+        if small is None:
+            small = self._small[word_bits] = SmallBlocks(self.blocks, self.slices, self.scales, word_bits)
+        return small
 
     def decode(self, ring_sum: np.ndarray, num_contributors: int) -> dict[str, torch.Tensor]:
         """Decode a ring sum of ``num_contributors`` encodings into named tensors (declared dtypes).
