@@ -448,33 +448,42 @@ def _pack_narrow(arr: np.ndarray, width: int, packed: np.ndarray) -> None:
     (``width`` below the word size).
 
     The packed bytes are viewed as records of ``width`` bytes: the record's low 2 or 4 bytes are one
-    truncating cast of the contiguous words (a vectorised pass), each further byte one strided byte copy
-    from the words (little-endian by their dtype); no shifted temporaries (each a fresh vector-sized
-    allocation, paid in page faults). At 40-bit rings 2.3x faster than a strided copy per byte.
+    truncating cast of the contiguous words (a vectorised pass), each further pair of bytes one strided copy of
+    a 16-bit part of the words and each further lone byte one strided byte copy (little-endian by their dtype);
+    no shifted temporaries (each a fresh vector-sized allocation, paid in page faults). At 40-bit rings 2.3x
+    faster than a strided copy per byte; at 48-bit rings the 16-bit part makes it 1.5x faster than two byte
+    copies (67 -> 45 us for 92,231 elements).
     """
     size = arr.dtype.itemsize
-    record, head = _packed_record(width)
+    record, parts = _packed_record(width)
     view = packed.view(record)
-    view["low"] = arr  # modulo 2^(8 head): the low bytes
-    src = arr.view(np.uint8)
-    for j in range(head, width):
-        view[f"byte{j}"] = src[j::size]
+    view["low"] = arr  # modulo 2^(8 * its size): the low bytes
+    for j, n in parts:  # byte j of every word (n = 1), or bytes j and j + 1 as one 16-bit word (n = 2)
+        view[f"b{j}"] = arr.view(np.uint16)[j // 2 :: size // 2] if n == 2 else arr.view(np.uint8)[j::size]
 
 
 @functools.cache
-def _packed_record(width: int) -> tuple[np.dtype[np.void], int]:
-    """The record of one packed element (its low 4, 2 or 1 bytes as one field ``low``, then a field
-    ``byte<j>`` per further byte ``j``) and the size of ``low``."""
+def _packed_record(width: int) -> tuple[np.dtype[np.void], tuple[tuple[int, int], ...]]:
+    """The record of one packed element: its low 4, 2 or 1 bytes as one field ``low``, then a field ``b<j>``
+    per further part starting at byte ``j``; and the parts ``(j, bytes)``. A part is two bytes where ``j`` is
+    even and both are in the record (a 16-bit word of the source, one strided copy instead of two), else one:
+    48-bit rings pack as ``u4 + u2``, 40-bit ones as ``u4 + u1``."""
     head = 4 if width >= 4 else (2 if width >= 2 else 1)
+    parts: list[tuple[int, int]] = []
+    j = head
+    while j < width:
+        n = 2 if j % 2 == 0 and j + 1 < width else 1
+        parts.append((j, n))
+        j += n
     record = np.dtype(
         {
-            "names": ["low", *(f"byte{j}" for j in range(head, width))],
-            "formats": [f"<u{head}", *(["u1"] * (width - head))],
-            "offsets": [0, *range(head, width)],
+            "names": ["low", *(f"b{j}" for j, _ in parts)],
+            "formats": [f"<u{head}", *(f"<u{n}" for _, n in parts)],
+            "offsets": [0, *(j for j, _ in parts)],
             "itemsize": width,
         }
     )
-    return record, head
+    return record, tuple(parts)
 
 
 class ShareMatrix(Field):

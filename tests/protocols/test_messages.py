@@ -223,7 +223,11 @@ def test_ring_vectors_round_trip_at_every_width(bits: int, n: int, seed: int) ->
     v = v.astype(np.uint32) if bits <= 32 else v
     msg = m.MaskedInput(bytes(32), (), bits, v)
     data = msg.to_bytes()
-    assert len(data) == len(m.MaskedInput(bytes(32), (), bits, v[:0]).to_bytes()) + n * -(-bits // 8)
+    width = -(-bits // 8)
+    assert len(data) == len(m.MaskedInput(bytes(32), (), bits, v[:0]).to_bytes()) + n * width
+    # the wire: each element's low ``width`` bytes, little-endian, element after element
+    low_bytes = np.frombuffer(v.astype("<u8").tobytes(), np.uint8).reshape(n, 8)[:, :width]
+    assert data[len(data) - n * width :] == low_bytes.tobytes()
     back = m.decode(data, m.MaskedInput).vector
     assert back.dtype == (np.uint32 if bits <= 32 else np.uint64)
     assert np.array_equal(back.astype(np.uint64), v.astype(np.uint64))
