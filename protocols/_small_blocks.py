@@ -77,9 +77,6 @@ class SmallBlocks:
             [float(int(b.bound)) if b.kind == "count" else b.bound for b in self.specs], sizes
         ).astype(np.float64)
 
-    def __len__(self) -> int:
-        return len(self.specs)
-
     def _values(self, contribution: Mapping[str, Any]) -> list[np.ndarray] | None:
         """Each block's flat values, or ``None`` when one is not of a shape and dtype the batch takes."""
         parts: list[np.ndarray] = []
