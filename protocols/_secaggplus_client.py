@@ -44,6 +44,7 @@ from securefgl.protocols._release import refuse_small_sum
 from securefgl.protocols._rounding import RoundingBits
 from securefgl.protocols._secaggplus_client_use import SecAggPlusClientState, UseLifecycle
 from securefgl.protocols._secaggplus_params import SecAggPlusConfig, Stage, resolve_graph
+from securefgl.protocols._secaggplus_precompute import MaskPrecompute
 from securefgl.protocols._secaggplus_resume import SEED_SHARE_BYTES, ClientSession, ResumedUnmaskRequest
 from securefgl.protocols._secaggplus_session import (
     SHARE_BYTES,
@@ -172,6 +173,8 @@ class SecAggPlusClient(UseLifecycle):
         self.result: Sums | None = None
         self._resumed = session
         self.workers = max(1, int(workers))
+        #: masks expanded ahead for an announced optimistic use (set by the simulating protocol), or None
+        self.precomputed: MaskPrecompute | None = None
         self.session: ClientSession | None = None
         self._continues = False
         #: Wall time of the steps of ``masked_input`` (decrypt shares, encode, mask, serialise), seconds.
@@ -500,9 +503,9 @@ class SecAggPlusClient(UseLifecycle):
         self._contribution = None
         y[self.layout.offset :] = self.layout.encode(clips)
         t2 = time.perf_counter()
-        plus = [s.self_mask_key] if self_mask else []
-        plus += [s.mask_keys[v] for v in masked_with if v > self.party_id]
+        pairs = [s.mask_keys[v] for v in masked_with if v > self.party_id]
         minus = [s.mask_keys[v] for v in masked_with if v < self.party_id]
+        plus = ([s.self_mask_key] if self_mask else []) + pairs
         if self.recipient is not None:
             assert s.channel_sk is not None
             cpk = s.keys[self.recipient][0]
@@ -511,7 +514,17 @@ class SecAggPlusClient(UseLifecycle):
             except ValueError:
                 raise self._fail(InconsistentViewError, "the recipient's key is degenerate", ph) from None
             plus.append(pad_key(shared, s.session_id, s.round_index, self.party_id, self.recipient))
-        expander.combine(y, plus, minus, workers=self.workers)
+        pre = None
+        if self.precomputed is not None and self.recipient is None:
+            pre = self.precomputed.take(self.party_id, s.session_id, pairs, minus)
+        if (
+            pre is not None
+        ):  # the pairwise masks, expanded ahead for exactly these keys (._secaggplus_precompute)
+            np.add(y, pre, out=y)
+            pre.fill(0)
+            expander.combine(y, plus[: len(plus) - len(pairs)], (), workers=self.workers)  # the self mask
+        else:
+            expander.combine(y, plus, minus, workers=self.workers)
         expander.reduce(y)
         s.masked_with = tuple(masked_with)
         self.step_seconds.update(encode=t2 - t1, mask=time.perf_counter() - t2)

@@ -210,6 +210,21 @@ class Protocol(ABC):
                 contexts cannot complete a session together.
         """
 
+    def prepare(
+        self,
+        schema: SumSchema,
+        clients: Sequence[int],
+        *,
+        round_index: int = 0,
+        recipient: int | None = None,
+        context: bytes | Mapping[int, bytes] = b"",
+    ) -> bool:
+        """Announce the next :meth:`aggregate` call's public parameters before the contributions exist (a
+        simulation's engine calls it before its clients train), so the protocol may start work that depends
+        on them only. A hint: the sum is the same whether it is called or not, and a call that does not match
+        the next sum changes nothing but wasted work. Returns whether work started (here: never)."""
+        return False
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
 

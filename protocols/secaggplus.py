@@ -65,7 +65,9 @@ Resumed sessions (``session_uses > 1``, opt-in; :mod:`~securefgl.protocols._seca
 that every client completed, the next sum over the same clients reuses the key agreement. It is two stages,
 ``resume`` (each client shares a fresh self-mask seed and sends its input masked with every neighbour under
 per-use keys) and ``unmasking``; a use counter, per-use ids and the end of the session on any dropout keep it
-as safe as a fresh session.
+as safe as a fresh session. An optimistic use (``optimistic_uses``) is one round trip without self masks. In
+simulation a use's pairwise masks can be expanded while the clients train (:meth:`SecAggPlus.prepare`,
+:mod:`~securefgl.protocols._secaggplus_precompute`).
 
 Security:
     Honest-but-curious server, plus fewer than :math:`t` colluding clients per neighbourhood (SecAgg: in
@@ -93,7 +95,7 @@ from __future__ import annotations
 import os
 import warnings
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Literal
@@ -110,6 +112,7 @@ from securefgl.protocols._release import DEFAULT_MIN_CONTRIBUTORS
 from securefgl.protocols._rounding import RoundingBits
 from securefgl.protocols._secaggplus_client import SecAggPlusClient, SecAggPlusClientState
 from securefgl.protocols._secaggplus_params import SecAggPlusConfig, Stage, resolve_graph
+from securefgl.protocols._secaggplus_precompute import MaskPrecompute, pairwise_jobs
 from securefgl.protocols._secaggplus_resume import (
     ClientSession,
     ResumedInput,
@@ -120,6 +123,7 @@ from securefgl.protocols._secaggplus_server import SecAggPlusServer, SecAggPlusS
 from securefgl.protocols._secaggplus_session import ClipLayout, session_graph, session_id_for
 from securefgl.protocols.base import SERVER, Contribution, DropoutPlan, Protocol, Sums, Transcript
 from securefgl.protocols.encoding import SumSchema, default_rng
+from securefgl.protocols.messages import ResumeRequest
 from securefgl.protocols.router import Interceptor, Router
 
 __all__ = [
@@ -244,6 +248,8 @@ class SecAggPlus(Protocol):
         )
         #: (clients, recipient) -> the session to resume next (at most :data:`_MAX_SESSIONS`, oldest dropped).
         self._sessions: OrderedDict[tuple[tuple[int, ...], int | None], _KeptSession] = OrderedDict()
+        #: the pairwise masks of the announced next resumed use, expanding (:meth:`prepare`)
+        self._precomputed: MaskPrecompute | None = None
         if isinstance(identities, (str, Path, os.PathLike)):
             identities = IdentityDirectory.from_file(identities)
         if identities is not None and not isinstance(identities, IdentityDirectory):
@@ -355,6 +361,46 @@ class SecAggPlus(Protocol):
             )
         return parties
 
+    def prepare(
+        self,
+        schema: SumSchema,
+        clients: Sequence[int],
+        *,
+        round_index: int = 0,
+        recipient: int | None = None,
+        context: bytes | Mapping[int, bytes] = b"",
+    ) -> bool:
+        """Announce the next sum (see :meth:`Protocol.prepare`): when it will be a resumed or optimistic use of
+        a kept session, start expanding every client's pairwise masks for it on a background thread
+        (:mod:`._secaggplus_precompute`); each client takes its sum if the request it receives is the one
+        announced, else expands its masks as usual. Returns whether expansion started."""
+        self._discard_precomputed()
+        ids = tuple(sorted({int(c) for c in clients}))
+        kept = self._sessions.get((ids, recipient))
+        if recipient is not None or kept is None or kept.server.use + 1 >= self.config.session_uses:
+            return False
+        request = ResumeRequest(
+            session_id=kept.server.session_id,
+            use=kept.server.use + 1,
+            protocol=self.name,
+            round_index=int(round_index),
+            ring_bits=schema.ring_bits,
+            length=ClipLayout(schema).length,
+            prg=self.config.prg,
+            recipient=None,
+            schema_fingerprint=schema.fingerprint(),
+        )
+        jobs = pairwise_jobs(request, kept.clients, client_contexts(context, ids))
+        self._precomputed = MaskPrecompute(
+            jobs, request.length, schema.ring_bits, self.config.prg, workers=self.workers
+        )
+        return True
+
+    def _discard_precomputed(self) -> None:
+        if self._precomputed is not None:
+            self._precomputed.discard()
+            self._precomputed = None
+
     def aggregate(
         self,
         schema: SumSchema,
@@ -416,6 +462,9 @@ class SecAggPlus(Protocol):
             ids,
             None if kept is None else kept.clients,
         )
+        if kept is not None:
+            for p in parties.values():
+                p.precomputed = self._precomputed
         transcript.extra.update(
             session_use=0 if kept is None else kept.server.use + 1,
             optimistic_use=server.optimistic,
@@ -445,6 +494,8 @@ class SecAggPlus(Protocol):
             _finish(transcript, server, parties)
             exc.transcript = transcript  # type: ignore[attr-defined]
             raise
+        finally:
+            self._discard_precomputed()  # what no client took is wiped
         _finish(transcript, server, parties)
         self._keep(clients, recipient, server, parties, ids)
         transcript.clip_counts = dict(sums.clip_counts)
@@ -476,7 +527,8 @@ class SecAggPlus(Protocol):
             self._sessions.popitem(last=False)[1].wipe()
 
     def end_sessions(self) -> None:
-        """Wipe every kept session (the next sums run key agreements)."""
+        """Wipe every kept session (the next sums run key agreements) and any masks expanded ahead."""
+        self._discard_precomputed()
         while self._sessions:
             self._sessions.popitem()[1].wipe()
 

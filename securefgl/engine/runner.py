@@ -421,6 +421,8 @@ class _Run:
         for c in invited:
             c.losses.clear()
         self._verify(rs.broadcast, f"phase {rs.phase!r}, round {rs.round + 1}")
+        if requests:
+            self._announce(rs, requests, ids, due)
         t0 = time.perf_counter()
         outs = algorithm.client_steps(invited, rs)
         train_seconds = time.perf_counter() - t0
@@ -454,6 +456,24 @@ class _Run:
             if self.verifier is not None:
                 self.verifier.step(server_sums, requests, rs)
         return record, self.server.broadcast
+
+    def _announce(
+        self, rs: RoundState, requests: list[SumRequest], ids: list[int], due: PendingEvaluation | None
+    ) -> None:
+        """Tell the protocol the round's first server-bound sum before the clients train
+        (:meth:`Protocol.prepare`: an optimistic SecAgg+ use expands its masks meanwhile). Not with simulated
+        dropouts, which end a resumed session."""
+        if self.protocol is None or self.config.protocol.dropout > 0:
+            return
+        ride = self._rider(requests, ids) if due is not None else None
+        for req in requests:
+            if req.recipient is None:
+                schema = ride[1].combined if ride is not None and ride[0] == req.key else req.schema
+                participants = list(req.participants) if req.participants is not None else ids
+                self.protocol.prepare(
+                    schema, participants, round_index=rs.global_round, context=round_context(rs.broadcast)
+                )
+                return
 
     def _sums(
         self,
