@@ -173,7 +173,7 @@ class SecAggPlusClient(UseLifecycle):
         self.result: Sums | None = None
         self._resumed = session
         self.workers = max(1, int(workers))
-        #: masks expanded ahead for an announced optimistic use (set by the simulating protocol), or None
+        #: pairwise masks expanded ahead for an announced resumed use (set by the simulating protocol), or None
         self.precomputed: MaskPrecompute | None = None
         self.session: ClientSession | None = None
         self._continues = False
@@ -517,9 +517,8 @@ class SecAggPlusClient(UseLifecycle):
         pre = None
         if self.precomputed is not None and self.recipient is None:
             pre = self.precomputed.take(self.party_id, s.session_id, pairs, minus)
-        if (
-            pre is not None
-        ):  # the pairwise masks, expanded ahead for exactly these keys (._secaggplus_precompute)
+        if pre is not None:
+            # the pairwise masks, expanded ahead for exactly these keys (._secaggplus_precompute)
             np.add(y, pre, out=y)
             pre.fill(0)
             expander.combine(y, plus[: len(plus) - len(pairs)], (), workers=self.workers)  # the self mask

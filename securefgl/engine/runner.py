@@ -461,7 +461,7 @@ class _Run:
         self, rs: RoundState, requests: list[SumRequest], ids: list[int], due: PendingEvaluation | None
     ) -> None:
         """Tell the protocol the round's first server-bound sum before the clients train
-        (:meth:`Protocol.prepare`: an optimistic SecAgg+ use expands its masks meanwhile). Not with simulated
+        (:meth:`Protocol.prepare`: a resumed SecAgg+ use expands its pairwise masks meanwhile). Not with simulated
         dropouts, which end a resumed session."""
         if self.protocol is None or self.config.protocol.dropout > 0:
             return
