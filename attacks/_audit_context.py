@@ -219,7 +219,7 @@ def _upload_setup(ctx: _Context) -> _Upload:
         return {k: torch.as_tensor(x).detach().cpu() for k, x in v.items()}
 
     contribs = {cid: pick(o) for cid, o in outs.items()}
-    from securefgl.engine.runner import round_context
+    from securefgl.engine.broadcast import round_context
 
     return _Upload(
         alg,

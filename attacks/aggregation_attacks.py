@@ -56,7 +56,7 @@ __all__ = [
 
 def context_digest(broadcast: Mapping[str, Tensor]) -> bytes:
     """The round context the engine binds into sessions: a hash of the broadcast (same as the engine's)."""
-    from securefgl.engine.runner import round_context
+    from securefgl.engine.broadcast import round_context
 
     return round_context(broadcast)
 

@@ -258,7 +258,7 @@ def analytic_study(
         progress: ``(done, total)`` callback.
     """
     from securefgl.attacks._imprint_run import malicious_setup
-    from securefgl.engine.runner import round_context
+    from securefgl.engine.broadcast import round_context
     from securefgl.protocols.registry import get_protocol
 
     cfg = config or AnalyticConfig()

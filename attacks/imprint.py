@@ -384,7 +384,7 @@ def imprint_attack(
         public, _measurement(layout.num_features, gen), layout.hidden, cfg.rounds, cfg.span
     )
     if context_for is None:
-        from securefgl.engine.runner import round_context as context_for
+        from securefgl.engine.broadcast import round_context as context_for
     found: list[Tensor] = []
     per: list[dict[str, Any]] = []
     refused = ""

@@ -27,7 +27,7 @@ from securefgl.algorithms.base import RoundState, Setting
 from securefgl.algorithms.baselines.fedavg import FedAvg
 from securefgl.algorithms.fedlog import FedLoG
 from securefgl.config import TrainConfig
-from securefgl.engine.runner import broadcast_nbytes
+from securefgl.engine.broadcast import broadcast_nbytes
 from securefgl.nn.registry import ModelSpec
 from securefgl.protocols.registry import get_protocol
 

@@ -90,7 +90,7 @@ def run_cell(
     )
     from securefgl.attacks.imprint import propagated_inputs
     from securefgl.attacks.views import GraphKnowledge
-    from securefgl.engine.runner import round_context
+    from securefgl.engine.broadcast import round_context
     from securefgl.protocols.registry import get_protocol
 
     cfg = _cfg(dataset, root, model, epochs)

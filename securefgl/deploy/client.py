@@ -24,9 +24,9 @@ from securefgl.config import RunConfig
 from securefgl.deploy.export import CROSS_KEYS, ClientFile
 from securefgl.deploy.parties import client_party, deployed_protocol, inner_protocol
 from securefgl.deploy.wire import STEP_PARTS, Reply, Request
+from securefgl.engine.broadcast import round_context
 from securefgl.engine.evaluation import EVAL_KEY, evaluation_schema
 from securefgl.engine.metrics import client_metrics
-from securefgl.engine.runner import round_context
 from securefgl.engine.seed_start import setting_for
 from securefgl.engine.seeding import client_generators
 from securefgl.engine.uploads import evaluation_upload, prepare_upload

@@ -37,10 +37,11 @@ from securefgl.deploy.client import make_setting_from_facts
 from securefgl.deploy.export import Federation
 from securefgl.deploy.parties import ServerParty, deployed_protocol, inner_protocol, server_party
 from securefgl.deploy.wire import Reply, Request
+from securefgl.engine.broadcast import broadcast_nbytes
 from securefgl.engine.evaluation import EVAL_KEY, evaluation_schema
 from securefgl.engine.hooks import EvaluateEvent, RoundEvent, RunHooks, StartEvent
 from securefgl.engine.records import EvalRecord, RoundRecord, SeedResult
-from securefgl.engine.runner import broadcast_nbytes, phase_rounds
+from securefgl.engine.runner import phase_rounds
 from securefgl.engine.seeding import sampling_rng, server_generator
 from securefgl.engine.server import FederationServer
 from securefgl.errors import (

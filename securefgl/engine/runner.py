@@ -14,7 +14,6 @@ available on the exception (``exc.partial``) so that callers can write them to d
 
 from __future__ import annotations
 
-import hashlib
 import math
 import time
 from collections.abc import Mapping, Sequence
@@ -26,6 +25,7 @@ import torch
 from securefgl.algorithms.base import Algorithm, Client, Phase, RoundState, SumRequest
 from securefgl.algorithms.registry import create_algorithm
 from securefgl.config.run import RunConfig
+from securefgl.engine.broadcast import broadcast_nbytes, round_context
 from securefgl.engine.broadcast_check import BroadcastVerifier
 from securefgl.engine.eval_rider import RIDER_BLOCK, EvalRider, PendingEvaluation
 from securefgl.engine.evaluation import EVAL_KEY, evaluation_schema
@@ -70,22 +70,6 @@ __all__ = [
     "run_seed",
     "start_seed",
 ]
-
-
-def broadcast_nbytes(broadcast: Mapping[str, torch.Tensor]) -> int:
-    """Bytes of a broadcast as sent: the raw bytes of its tensors."""
-    return int(sum(t.numel() * t.element_size() for t in broadcast.values()))
-
-
-def round_context(broadcast: Mapping[str, torch.Tensor]) -> bytes:
-    """Public round context: a hash of what the server broadcast (bound into protocol sessions)."""
-    h = hashlib.sha256(b"securefgl.round-context.v1")
-    for k in sorted(broadcast):
-        t = broadcast[k].detach()
-        h.update(k.encode())
-        h.update(str(tuple(t.shape)).encode() + str(t.dtype).encode())
-        h.update(t.cpu().contiguous().view(torch.uint8).numpy().tobytes() if t.numel() else b"")
-    return h.digest()
 
 
 def _check_finite_losses(clients: Sequence[Client], phase: str, rnd: int) -> list[float]:
@@ -421,8 +405,9 @@ class _Run:
         for c in invited:
             c.losses.clear()
         self._verify(rs.broadcast, f"phase {rs.phase!r}, round {rs.round + 1}")
+        context = round_context(rs.broadcast) if requests else b""  # public: bound into the round's sums
         if requests:
-            self._announce(rs, requests, ids, due)
+            self._announce(rs, requests, ids, due, context)
         t0 = time.perf_counter()
         outs = algorithm.client_steps(invited, rs)
         train_seconds = time.perf_counter() - t0
@@ -446,7 +431,9 @@ class _Run:
         if self.protocol is None:
             raise TrainingError(f"algorithm {algorithm.name!r} declared a sum but uses no protocol")
         ride = self._rider(requests, ids) if due is not None else None
-        server_sums = self._sums(rs, requests, outs, ids, record, due if ride is not None else None, ride)
+        server_sums = self._sums(
+            rs, requests, outs, ids, record, context, due if ride is not None else None, ride
+        )
         if due is not None:  # the server reads the evaluation before its step, as when it ran first
             due.outcome = self._evaluate(due)
         if server_sums:
@@ -458,7 +445,12 @@ class _Run:
         return record, self.server.broadcast
 
     def _announce(
-        self, rs: RoundState, requests: list[SumRequest], ids: list[int], due: PendingEvaluation | None
+        self,
+        rs: RoundState,
+        requests: list[SumRequest],
+        ids: list[int],
+        due: PendingEvaluation | None,
+        context: bytes,
     ) -> None:
         """Tell the protocol the round's first server-bound sum before the clients train
         (:meth:`Protocol.prepare`: a resumed SecAgg+ use expands its pairwise masks meanwhile). Not with simulated
@@ -470,9 +462,7 @@ class _Run:
             if req.recipient is None:
                 schema = ride[1].combined if ride is not None and ride[0] == req.key else req.schema
                 participants = list(req.participants) if req.participants is not None else ids
-                self.protocol.prepare(
-                    schema, participants, round_index=rs.global_round, context=round_context(rs.broadcast)
-                )
+                self.protocol.prepare(schema, participants, round_index=rs.global_round, context=context)
                 return
 
     def _sums(
@@ -482,6 +472,7 @@ class _Run:
         outs: Mapping[int, Any],
         ids: list[int],
         record: RoundRecord,
+        context: bytes,
         due: PendingEvaluation | None = None,
         ride: tuple[str, EvalRider] | None = None,
     ) -> dict[str, Sums]:
@@ -494,7 +485,6 @@ class _Run:
         plan = None
         if config.protocol.dropout > 0:
             plan = DropoutPlan.random(ids, config.protocol.dropout, self.sampling_rng)
-        context = round_context(rs.broadcast)
         single = len(requests) == 1
         server_sums: dict[str, Sums] = {}
         for req in requests:

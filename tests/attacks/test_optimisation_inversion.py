@@ -141,7 +141,7 @@ def test_plaintext_inversion_succeeds_and_the_secure_sum_does_not(data_root):
     """Cora GCN, 2 training nodes per client, graph known, random starts only: cosine >= 0.5 and far above
     chance on each client's plaintext upload; the same attack on the real secure sum of the 10 clients stays
     at or below chance."""
-    from securefgl.engine.runner import round_context
+    from securefgl.engine.broadcast import round_context
     from securefgl.protocols.registry import get_protocol
 
     c = _cell(data_root, 2)
