@@ -24,6 +24,7 @@ precomputed sum is wiped unused. Every precomputed sum is wiped (zeroed) once ta
 from __future__ import annotations
 
 import itertools
+import logging
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -40,6 +41,8 @@ __all__ = ["MAX_PRECOMPUTED_BYTES", "MaskJob", "MaskPrecompute", "pairwise_jobs"
 #: Most bytes of mask sums expanded ahead at once (100 clients of FedAvg's GCN on Cora hold 74 MB); the clients
 #: beyond it expand their masks when their request arrives, as without an announcement.
 MAX_PRECOMPUTED_BYTES = 512 * 2**20
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -96,16 +99,21 @@ class MaskPrecompute:
             return None
 
     def _expand(self, client: int, workers: int) -> None:
-        job = self.jobs[client]
-        ex = expander_for(self.length, self.ring_bits, algorithm=self.prg)
-        acc = np.zeros(self.length, dtype=ex.dtype)
-        ex.combine(acc, job.add, job.subtract, workers=workers)
-        self._sums[client] = acc
-        self._done[client].set()
+        try:
+            job = self.jobs[client]
+            ex = expander_for(self.length, self.ring_bits, algorithm=self.prg)
+            acc = np.zeros(self.length, dtype=ex.dtype)
+            ex.combine(acc, job.add, job.subtract, workers=workers)
+            self._sums[client] = acc
+        finally:  # a failed expansion leaves no sum: the client expands its own masks
+            self._done[client].set()
 
     def _run(self) -> None:
-        while not self._stop.is_set() and (c := self._claim()) is not None:
-            self._expand(c, 1)  # one thread: the other cores train
+        try:
+            while not self._stop.is_set() and (c := self._claim()) is not None:
+                self._expand(c, 1)  # one thread: the other cores train
+        except Exception:  # e.g. out of memory: the clients left expand their own masks, as unannounced
+            logger.warning("expanding masks ahead stopped; the clients expand their own", exc_info=True)
 
     def take(
         self, client: int, use_id: bytes, add: Sequence[bytes], subtract: Sequence[bytes]

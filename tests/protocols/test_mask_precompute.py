@@ -164,3 +164,29 @@ def test_at_most_the_byte_cap_is_expanded_ahead(takes, monkeypatch):
         b, tr_b = prepared.aggregate(SCHEMA, contributions, round_index=use)
         assert _inputs(tr_a) == _inputs(tr_b) and np.array_equal(a["w"].numpy(), b["w"].numpy())
     assert takes.count(True) == 5 and takes.count(False) == N - 5
+
+
+def test_a_failed_expansion_ahead_leaves_the_client_to_expand_its_own(takes, monkeypatch, caplog):
+    """The background thread failing (here: out of memory on its first client) costs no sum: that client
+    expands its own masks, the others are expanded when they ask, and the failure is logged."""
+    import threading
+
+    from securefgl.protocols._prg import MaskExpander
+
+    combine = MaskExpander.combine
+
+    def failing(self, *args, **kwargs):
+        if threading.current_thread().name == "securefgl-mask-precompute":
+            raise MemoryError("no room for one more mask sum")
+        return combine(self, *args, **kwargs)
+
+    monkeypatch.setattr(MaskExpander, "combine", failing)
+    plain, prepared = _protocol(), _protocol()
+    for use in range(2):
+        contributions = _contributions(use)
+        prepared.prepare(SCHEMA, list(contributions), round_index=use)
+        a, tr_a = plain.aggregate(SCHEMA, contributions, round_index=use)
+        b, tr_b = prepared.aggregate(SCHEMA, contributions, round_index=use)
+        assert _inputs(tr_a) == _inputs(tr_b) and np.array_equal(a["w"].numpy(), b["w"].numpy())
+    assert takes.count(False) == 1 and takes.count(True) == N - 1
+    assert "expanding masks ahead stopped" in caplog.text
