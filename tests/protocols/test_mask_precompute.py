@@ -150,12 +150,8 @@ def test_a_run_announces_its_training_sums_and_is_the_plaintext_run(takes):
     assert len(takes) == 3 * 5
 
 
-def test_at_most_the_byte_cap_is_expanded_ahead(takes, monkeypatch):
-    """Beyond ``MAX_PRECOMPUTED_BYTES`` the clients expand their own masks, with the same inputs."""
-    import securefgl.protocols._secaggplus_precompute as precompute
-
-    vector_bytes = ClipLayout(SCHEMA).length * ring_dtype(SCHEMA.ring_bits).itemsize
-    monkeypatch.setattr(precompute, "MAX_PRECOMPUTED_BYTES", 5 * vector_bytes + 1)  # five clients' sums
+def _key_agreement_then_one_announced_use() -> None:
+    """Two sums over the same clients, announced to one of two equally seeded protocols: the same inputs."""
     plain, prepared = _protocol(), _protocol()
     for use in range(2):
         contributions = _contributions(use)
@@ -163,6 +159,15 @@ def test_at_most_the_byte_cap_is_expanded_ahead(takes, monkeypatch):
         a, tr_a = plain.aggregate(SCHEMA, contributions, round_index=use)
         b, tr_b = prepared.aggregate(SCHEMA, contributions, round_index=use)
         assert _inputs(tr_a) == _inputs(tr_b) and np.array_equal(a["w"].numpy(), b["w"].numpy())
+
+
+def test_at_most_the_byte_cap_is_expanded_ahead(takes, monkeypatch):
+    """Beyond ``MAX_PRECOMPUTED_BYTES`` the clients expand their own masks, with the same inputs."""
+    import securefgl.protocols._secaggplus_precompute as precompute
+
+    vector_bytes = ClipLayout(SCHEMA).length * ring_dtype(SCHEMA.ring_bits).itemsize
+    monkeypatch.setattr(precompute, "MAX_PRECOMPUTED_BYTES", 5 * vector_bytes + 1)  # five clients' sums
+    _key_agreement_then_one_announced_use()
     assert takes.count(True) == 5 and takes.count(False) == N - 5
 
 
@@ -181,12 +186,6 @@ def test_a_failed_expansion_ahead_leaves_the_client_to_expand_its_own(takes, mon
         return combine(self, *args, **kwargs)
 
     monkeypatch.setattr(MaskExpander, "combine", failing)
-    plain, prepared = _protocol(), _protocol()
-    for use in range(2):
-        contributions = _contributions(use)
-        prepared.prepare(SCHEMA, list(contributions), round_index=use)
-        a, tr_a = plain.aggregate(SCHEMA, contributions, round_index=use)
-        b, tr_b = prepared.aggregate(SCHEMA, contributions, round_index=use)
-        assert _inputs(tr_a) == _inputs(tr_b) and np.array_equal(a["w"].numpy(), b["w"].numpy())
+    _key_agreement_then_one_announced_use()
     assert takes.count(False) == 1 and takes.count(True) == N - 1
     assert "expanding masks ahead stopped" in caplog.text
