@@ -85,7 +85,8 @@ def protocols(
     repeats: Annotated[
         int | None,
         typer.Option(
-            help="Timed runs per case, each followed by its floors; medians (min-max) are reported."
+            help="Timed runs per case, each followed by its floors; medians (min-max) are reported. "
+            "Default 3 (1 with --full, whose grid takes many minutes at one)."
         ),
     ] = None,
     seed: Annotated[int, typer.Option(help="Seed of the random test vectors (not of any protocol key).")] = 0,
@@ -113,7 +114,7 @@ def protocols(
         clients=tuple(clients or grid["clients"]),
         lengths=tuple(length or grid["lengths"]),
         dropouts=tuple(dropout if dropout is not None and len(dropout) else grid["dropouts"]),
-        repeats=repeats if repeats is not None else (3 if quick else 1),
+        repeats=repeats if repeats is not None else (1 if full else 3),
         seed=seed,
         sections=sections,
         prg=prg,

@@ -86,6 +86,8 @@ def test_cli_json_output() -> None:
     rows = data["sections"]["protocols"]
     assert [r["protocol"] for r in rows] == ["plaintext"] and rows[0]["n"] == 3 and rows[0]["d"] == 500
     assert data["machine"]["cpu_count"] >= 1 and data["config"]["clients"] == [3]
+    # several timed runs by default, so one noisy draw of a loaded machine does not make the figure
+    assert data["config"]["repeats"] == 3 and rows[0]["repeats"] == 3
 
 
 def test_cli_table_output() -> None:
