@@ -46,6 +46,7 @@ from cryptography.hazmat.primitives.ciphers import Cipher, CipherContext, algori
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from securefgl.errors import ConfigError
+from securefgl.protocols._split_planner import planner
 
 __all__ = [
     "AES128_KEY_BYTES",
@@ -370,7 +371,10 @@ class MaskExpander:
         With ``workers > 1`` the vector is cut into contiguous pieces on cipher-block boundaries, at most
         ``workers`` and none under :data:`SPLIT_MIN_BYTES`, and the pieces are combined at once in threads (the
         cipher and numpy release the GIL): each piece expands its part of every keystream from its first block
-        into its part of the scratch buffer. The result is the serial one, bit for bit.
+        into its part of the scratch buffer. Whether pieces shorter than
+        :data:`~securefgl.protocols._split_planner.SPLIT_ALWAYS_BYTES` are worth it on this machine is learnt
+        from the timings of earlier calls (:class:`~securefgl.protocols._split_planner.SplitPlanner`). The
+        result is the serial one, bit for bit.
         """
         self._check(acc)
         keys = [bytes(k) for k in add] + [bytes(k) for k in subtract]
@@ -381,8 +385,14 @@ class MaskExpander:
         if not self.length or not keys:
             return
         unit = _BLOCK_BYTES[self.algorithm] // self.dtype.itemsize  # pieces start on cipher blocks
-        pieces = piece_bounds(self.length, self.dtype.itemsize, workers, unit)
-        run_claimed(len(pieces), lambda i: self._combine_piece(acc, keys, len(add), *pieces[i]))
+        split = piece_bounds(self.length, self.dtype.itemsize, workers, unit)
+        adds = len(add)
+
+        def run(pieces: list[tuple[int, int]], lo: int, hi: int) -> None:
+            part, part_adds = keys[lo:hi], min(max(adds - lo, 0), hi - lo)
+            run_claimed(len(pieces), lambda i: self._combine_piece(acc, part, part_adds, *pieces[i]))
+
+        planner().plan("combine", split, self.dtype.itemsize, len(keys)).execute(run)
 
     def _combine_piece(self, acc: np.ndarray, keys: list[bytes], adds: int, lo: int, hi: int) -> None:
         size = self.dtype.itemsize

@@ -32,6 +32,7 @@ from securefgl.protocols._secaggplus_session import (
     self_keys,
     wipe,
 )
+from securefgl.protocols._split_planner import planner
 from securefgl.protocols.base import SERVER, Sums
 from securefgl.protocols.encoding import SumSchema
 from securefgl.protocols.messages import DeliverRequest, Unmask
@@ -329,7 +330,7 @@ class RunningSum:
     The masked vectors of a stage (read-only views of the message bytes, or the bytes themselves when the ring's
     elements are packed narrower than their word: :class:`~securefgl.protocols._fields.PackedRing`; no copy)
     are range-checked and added in one batch (:meth:`add_all`), the vector cut into pieces that the protocol's
-    worker threads claim; each piece of each vector is (unpacked in chunks into a small buffer and) checked
+    worker threads claim (where that pays on this machine: :class:`~securefgl.protocols._split_planner.SplitPlanner`); each piece of each vector is (unpacked in chunks into a small buffer and) checked
     right before it is added, while it is in cache. :meth:`total_of` then removes the vectors of clients that
     did not end up among the survivors (rare: malformed replies, complaints).
     """
@@ -359,35 +360,43 @@ class RunningSum:
         if not items:
             return []
         limit = (1 << self.ring_bits) if self.ring_bits < 8 * self.dtype.itemsize else None
-        bounds = piece_bounds(self.length, self.dtype.itemsize, workers)
-        out_of_range: list[set[int]] = [set() for _ in bounds]
+        bad: set[int] = set()
 
-        def piece(i: int) -> None:
-            lo, hi = bounds[i]
-            scratch = recycled(UNPACK_CHUNK, self.dtype)  # this thread's: the chunks of packed uploads
-            for j, (_, vec) in enumerate(items):
-                a = lo
-                while a < hi:
-                    if isinstance(vec, PackedRing):
-                        b = min(a + UNPACK_CHUNK, hi)
-                        v = vec.unpack_into(a, b, scratch)
-                    else:
-                        b = hi
-                        v = vec[a:b]
-                    if limit is not None and v.size and int(v.max()) >= limit:
-                        out_of_range[i].add(j)
-                        self._take_back(vec, lo, a)  # the chunks of this piece already added
-                        break
-                    part = self.total[a:b]
-                    np.add(part, v, out=part, dtype=self.dtype, casting="unsafe")
-                    a = b
+        def run(bounds: list[tuple[int, int]], first: int, end: int) -> None:
+            """Items ``first`` to ``end - 1``, each piece of ``bounds`` on the thread that claims it."""
+            out_of_range: list[set[int]] = [set() for _ in bounds]
 
-        run_claimed(len(bounds), piece)
-        bad = set().union(*out_of_range)
-        for j in bad:  # take back the pieces of a bad vector that passed
-            for (lo, hi), skipped in zip(bounds, out_of_range, strict=True):
-                if j not in skipped:
-                    self._take_back(items[j][1], lo, hi)
+            def piece(i: int) -> None:
+                lo, hi = bounds[i]
+                scratch = recycled(UNPACK_CHUNK, self.dtype)  # this thread's: the chunks of packed uploads
+                for j in range(first, end):
+                    vec = items[j][1]
+                    a = lo
+                    while a < hi:
+                        if isinstance(vec, PackedRing):
+                            b = min(a + UNPACK_CHUNK, hi)
+                            v = vec.unpack_into(a, b, scratch)
+                        else:
+                            b = hi
+                            v = vec[a:b]
+                        if limit is not None and v.size and int(v.max()) >= limit:
+                            out_of_range[i].add(j)
+                            self._take_back(vec, lo, a)  # the chunks of this piece already added
+                            break
+                        part = self.total[a:b]
+                        np.add(part, v, out=part, dtype=self.dtype, casting="unsafe")
+                        a = b
+
+            run_claimed(len(bounds), piece)
+            found = set().union(*out_of_range)
+            for j in found:  # take back the pieces of a bad vector that passed
+                for (lo, hi), skipped in zip(bounds, out_of_range, strict=True):
+                    if j not in skipped:
+                        self._take_back(items[j][1], lo, hi)
+            bad.update(found)
+
+        split = piece_bounds(self.length, self.dtype.itemsize, workers)
+        planner().plan("sum", split, self.dtype.itemsize, len(items)).execute(run)
         for j, (c, vec) in enumerate(items):
             if j not in bad:
                 self.vectors[c] = vec

@@ -391,13 +391,17 @@ def test_an_upload_with_an_element_outside_the_ring_is_excluded(protocol: str) -
 
 
 @pytest.mark.parametrize("bad_at", [0, 69_999])
-def test_running_sum_takes_back_the_pieces_of_a_vector_outside_the_ring(bad_at: int) -> None:
+def test_running_sum_takes_back_the_pieces_of_a_vector_outside_the_ring(
+    bad_at: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Split over two pieces, a vector bad in one piece only is not summed at all (the piece that passed is
     subtracted again); the others are, and the result equals the serial sum of the good vectors."""
     from types import SimpleNamespace
 
     from securefgl.protocols._secaggplus_unmask import RunningSum
+    from securefgl.protocols._split_planner import planner
 
+    monkeypatch.setattr(planner(), "enabled", False)  # workers=2 always splits
     rng = np.random.default_rng(0)
     vecs = {c: rng.integers(0, 2**28, 70_000, dtype=np.uint32) for c in range(4)}
     vecs[2][bad_at] = 2**28
@@ -424,6 +428,7 @@ def test_running_sum_of_packed_uploads_unpacks_checks_and_takes_back_in_chunks(
     from securefgl.protocols._secaggplus_unmask import RunningSum
 
     monkeypatch.setattr(_secaggplus_unmask, "UNPACK_CHUNK", 16384)  # several chunks per piece of 35,000
+    monkeypatch.setattr(_secaggplus_unmask.planner(), "enabled", False)  # workers=2 always splits
 
     rng = np.random.default_rng(1)
     n, bits = 70_000, 44

@@ -269,11 +269,13 @@ def test_combine_split_over_threads_is_the_serial_sum(
         (ex.add if i < adds else ex.subtract)(ref, k)
     saved = prg.SPLIT_MIN_BYTES
     prg.SPLIT_MIN_BYTES = 1
+    prg.planner().enabled = False  # always the split, whatever the timings of earlier calls
     try:
         got = start.copy()
         ex.combine(got, keys[:adds], keys[adds:], workers=workers)
     finally:
         prg.SPLIT_MIN_BYTES = saved
+        prg.planner().enabled = True
     assert np.array_equal(got, ref)
 
 
@@ -301,6 +303,7 @@ def test_combine_raises_what_a_piece_raised_in_any_thread(monkeypatch: pytest.Mo
     import securefgl.protocols._prg as prg
 
     monkeypatch.setattr(prg, "SPLIT_MIN_BYTES", 1)
+    monkeypatch.setattr(prg.planner(), "enabled", False)  # every call split
     real = MaskExpander._combine_piece
 
     def failing(self: MaskExpander, acc: np.ndarray, keys: list[bytes], adds: int, lo: int, hi: int) -> None:
