@@ -438,7 +438,9 @@ class MaskExpander:
 #: in a 40-bit ring (369 KiB pieces) 1.01 against 0.58, in a 25-bit ring (uint32 words, 184 KiB pieces) 0.52
 #: against 0.35; d = 1e6, 40-bit, 10 keys 11.2 against 6.0. Inside a 10-client SecAgg+ sum of d = 92,231 (a
 #: pool thread woken from idle between clients) the masks of the whole sum took 10.9 against 8.3 ms at 37 bits
-#: and 5.7 against 5.7 at 25 bits.
+#: and 5.7 against 5.7 at 25 bits. On another day the same VM ran such pieces slower split than on one thread,
+#: so a split of pieces under :data:`~securefgl.protocols._split_planner.SPLIT_ALWAYS_BYTES` is only taken where
+#: the timings of earlier calls say it pays (:class:`~securefgl.protocols._split_planner.SplitPlanner`).
 SPLIT_MIN_BYTES = 1 << 17
 
 _POOLS: dict[int, ThreadPoolExecutor] = {}
