@@ -26,11 +26,12 @@ import statistics
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 
 __all__ = [
     "EXPLORE_EVERY",
     "FEW_UNITS",
+    "PlanKey",
     "SPLIT_ALWAYS_BYTES",
     "WARMUP",
     "WINDOW",
@@ -50,6 +51,10 @@ WINDOW = 5
 EXPLORE_EVERY = 25
 #: Calls of fewer keys or vectors than this are timed apart from larger ones.
 FEW_UNITS = 8
+
+
+#: A kind of work at one shape: (kind, words, bytes per word, pieces of the split, FEW_UNITS or more units).
+PlanKey = tuple[str, int, int, int, bool]
 
 
 class _Record:
@@ -81,7 +86,7 @@ class SplitPlan:
         self,
         parts: list[tuple[list[tuple[int, int]], int, int, bool]],
         planner: SplitPlanner | None,
-        key: Hashable,
+        key: PlanKey | None,
     ) -> None:
         self.parts = parts
         self._planner = planner
@@ -92,7 +97,7 @@ class SplitPlan:
         for bounds, lo, hi, split in self.parts:
             start = time.perf_counter()
             work(bounds, lo, hi)
-            if self._planner is not None and hi > lo:
+            if self._planner is not None and self._key is not None and hi > lo:
                 self._planner.record(self._key, split, (time.perf_counter() - start) / (hi - lo))
 
 
@@ -104,7 +109,7 @@ class SplitPlanner:
     """
 
     def __init__(self) -> None:
-        self._records: dict[Hashable, _Record] = {}
+        self._records: dict[PlanKey, _Record] = {}
         self._lock = threading.Lock()
         #: Whether decisions are learnt; when false every plannable split is taken (tests of the split path).
         self.enabled = True
@@ -144,14 +149,14 @@ class SplitPlanner:
             use_split = self._choose(rec)
         return SplitPlan([(split if use_split else whole, 0, units, use_split)], self, key)
 
-    def record(self, key: Hashable, split: bool, seconds_per_unit: float) -> None:
+    def record(self, key: PlanKey, split: bool, seconds_per_unit: float) -> None:
         """Add one run's time per unit of work to the timings of its choice."""
         with self._lock:
             rec = self._records.get(key)
             if rec is not None:
                 rec.timings[split].append(seconds_per_unit)
 
-    def preferred(self, key: Hashable) -> bool | None:
+    def preferred(self, key: PlanKey) -> bool | None:
         """The choice the planner prefers for ``key`` (``True``: split), or ``None`` while it is warming up."""
         with self._lock:
             rec = self._records.get(key)
@@ -170,6 +175,32 @@ class SplitPlanner:
             return split <= one  # single units while warming up: alternate, the split first
         best = SplitPlanner._faster(rec)
         return (not best) if rec.decisions % EXPLORE_EVERY == 0 else best
+
+    def summary(self) -> list[dict[str, object]]:
+        """What has been learnt, one row per kind of work and shape (for benchmark reports): the median time
+        per key or vector of each choice in microseconds, and the choice taken now."""
+        with self._lock:
+            items = [
+                (key, {k: list(v) for k, v in rec.timings.items()}) for key, rec in self._records.items()
+            ]
+        rows: list[dict[str, object]] = []
+        for (kind, words, itemsize, pieces, many), timings in items:
+            one, split = timings[False], timings[True]
+            warm = min(len(one), len(split)) >= WARMUP
+            faster_split = warm and statistics.median(split) < statistics.median(one)
+            rows.append(
+                {
+                    "kind": kind,
+                    "words": words,
+                    "word_bytes": itemsize,
+                    "pieces": pieces,
+                    "units": f">= {FEW_UNITS}" if many else f"< {FEW_UNITS}",
+                    "one_thread_us": round(1e6 * statistics.median(one), 1) if one else None,
+                    "split_us": round(1e6 * statistics.median(split), 1) if split else None,
+                    "choice": ("split" if faster_split else "one thread") if warm else "warming up",
+                }
+            )
+        return rows
 
     def reset(self) -> None:
         """Forget every timing."""

@@ -56,6 +56,7 @@ import numpy as np
 from securefgl._bench_floors import plaintext_sum_seconds, prg_floor_samples, prg_floor_seconds
 from securefgl._bench_format import format_rows
 from securefgl.errors import ConfigError
+from securefgl.protocols._split_planner import planner
 from securefgl.provenance import library_versions
 
 __all__ = [
@@ -662,6 +663,7 @@ def run_benchmarks(config: BenchConfig, *, progress: Callable[[str], None] | Non
         out["sections"][name] = _SECTIONS[name](config)
         if progress is not None:
             progress(f"section {name} done in {time.perf_counter() - t0:.1f} s")
+    out["split_planner"] = planner().summary()  # one thread or a split, learnt on this machine in the run
     return out
 
 
@@ -681,6 +683,9 @@ def format_report(result: Mapping[str, Any]) -> str:
     for name, rows in result["sections"].items():
         parts.append(f"\n## {name}\n")
         parts.append(format_rows(rows, _COLUMNS.get(name)))
+    if result.get("split_planner"):
+        parts += ["\n## split planner (one thread or a split per key or vector, learnt in this run)\n"]
+        parts.append(format_rows(result["split_planner"]))
     return "\n".join(parts)
 
 

@@ -10,12 +10,14 @@ from typer.testing import CliRunner
 from securefgl.benchmarking import (
     BenchConfig,
     available_sections,
+    format_report,
     format_rows,
     plaintext_sum_seconds,
     prg_floor_seconds,
     register_section,
     run_benchmarks,
     run_protocol_case,
+    to_json,
 )
 from securefgl.cli import app, main
 from securefgl.errors import ConfigError
@@ -74,6 +76,26 @@ def test_format_rows() -> None:
     assert lines[0].split("|")[1].strip() == "a" and len(lines) == 4
     assert "1e6" in lines[3] and "1234" in lines[3] and "NO" in lines[3] and "-" in lines[2]
     assert format_rows([]) == "(no rows)"
+
+
+def test_report_says_what_the_split_planner_learnt() -> None:
+    """A masked sum of vectors long enough to split (280 KB of words, two workers) is timed both ways and the
+    report carries what the planner learnt: the median time per key of each choice and the choice taken."""
+    config = BenchConfig(
+        protocols=("secagg+",),
+        clients=(3,),
+        lengths=(70_000,),
+        repeats=3,
+        consistency=False,
+        options={"secagg+": {"workers": 2}},
+    )
+    result = run_benchmarks(config)
+    rows = [r for r in result["split_planner"] if r["kind"] == "combine" and r["words"] >= 70_000]
+    assert rows and all(r["pieces"] == 2 and r["word_bytes"] == 4 for r in rows)
+    assert any(r["choice"] in ("one thread", "split") for r in rows)  # three sums warm it up
+    assert all(r["one_thread_us"] > 0 and r["split_us"] > 0 for r in rows if r["choice"] != "warming up")
+    assert "## split planner" in format_report(result)
+    assert json.loads(to_json(result))["split_planner"] == result["split_planner"]
 
 
 def test_cli_json_output() -> None:

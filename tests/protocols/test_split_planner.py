@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Hashable
 
 import numpy as np
 import pytest
@@ -15,6 +14,7 @@ from securefgl.protocols._split_planner import (
     FEW_UNITS,
     SPLIT_ALWAYS_BYTES,
     WARMUP,
+    PlanKey,
     SplitPlan,
     SplitPlanner,
     planner,
@@ -22,7 +22,7 @@ from securefgl.protocols._split_planner import (
 
 SPLIT = [(0, 50_000), (50_000, 100_000)]  # two pieces of 200 KB of uint32 words: plannable
 WHOLE = [(0, 100_000)]
-KEY: Hashable = ("combine", 100_000, 4, 2, True)  # 100 keys: not a "few units" call
+KEY: PlanKey = ("combine", 100_000, 4, 2, True)  # 100 keys: not a "few units" call
 
 
 def _feed(plan: SplitPlan, split_time: float, one_time: float) -> list[bool]:
