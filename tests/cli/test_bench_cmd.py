@@ -21,6 +21,7 @@ from securefgl.benchmarking import (
 )
 from securefgl.cli import app, main
 from securefgl.errors import ConfigError
+from securefgl.protocols._split_planner import planner
 
 runner = CliRunner()
 
@@ -89,8 +90,9 @@ def test_report_says_what_the_split_planner_learnt() -> None:
         consistency=False,
         options={"secagg+": {"workers": 2}},
     )
+    planner().reset()  # process-wide: forget the shapes earlier tests taught it
     result = run_benchmarks(config)
-    rows = [r for r in result["split_planner"] if r["kind"] == "combine" and r["words"] >= 70_000]
+    rows = [r for r in result["split_planner"] if r["kind"] == "combine"]
     assert rows and all(r["pieces"] == 2 and r["word_bytes"] == 4 for r in rows)
     assert any(r["choice"] in ("one thread", "split") for r in rows)  # three sums warm it up
     assert all(r["one_thread_us"] > 0 and r["split_us"] > 0 for r in rows if r["choice"] != "warming up")
