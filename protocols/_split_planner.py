@@ -66,6 +66,16 @@ class _Record:
         self.timings: dict[bool, deque[float]] = {False: deque(maxlen=WINDOW), True: deque(maxlen=WINDOW)}
         self.decisions = 0
 
+    def warm(self) -> bool:
+        """Whether each choice has :data:`WARMUP` timings."""
+        return min(len(t) for t in self.timings.values()) >= WARMUP
+
+    def preferred(self) -> bool | None:
+        """The faster choice by median (``True``: split), or ``None`` while warming up."""
+        if not self.warm():
+            return None
+        return statistics.median(self.timings[True]) < statistics.median(self.timings[False])
+
 
 class SplitPlan:
     """One call's plan: one or two parts, each a share of the call's units (keys expanded, vectors summed) run
@@ -139,8 +149,7 @@ class SplitPlanner:
             if rec is None:
                 rec = self._records[key] = _Record()
             rec.decisions += 1
-            warming = min(len(t) for t in rec.timings.values()) < WARMUP
-            if warming and units >= 2:
+            if not rec.warm() and units >= 2:
                 half = units // 2
                 first, second = (split, whole) if rec.decisions % 2 else (whole, split)
                 return SplitPlan(
@@ -160,20 +169,13 @@ class SplitPlanner:
         """The choice the planner prefers for ``key`` (``True``: split), or ``None`` while it is warming up."""
         with self._lock:
             rec = self._records.get(key)
-            if rec is None or min(len(t) for t in rec.timings.values()) < WARMUP:
-                return None
-            return self._faster(rec)
-
-    @staticmethod
-    def _faster(rec: _Record) -> bool:
-        return statistics.median(rec.timings[True]) < statistics.median(rec.timings[False])
+            return None if rec is None else rec.preferred()
 
     @staticmethod
     def _choose(rec: _Record) -> bool:
-        one, split = len(rec.timings[False]), len(rec.timings[True])
-        if min(one, split) < WARMUP:
-            return split <= one  # single units while warming up: alternate, the split first
-        best = SplitPlanner._faster(rec)
+        best = rec.preferred()
+        if best is None:  # single units while warming up: alternate, the split first
+            return len(rec.timings[True]) <= len(rec.timings[False])
         return (not best) if rec.decisions % EXPLORE_EVERY == 0 else best
 
     def summary(self) -> list[dict[str, object]]:
@@ -181,13 +183,11 @@ class SplitPlanner:
         per key or vector of each choice in microseconds, and the choice taken now."""
         with self._lock:
             items = [
-                (key, {k: list(v) for k, v in rec.timings.items()}) for key, rec in self._records.items()
+                (key, list(rec.timings[False]), list(rec.timings[True]), rec.preferred())
+                for key, rec in self._records.items()
             ]
         rows: list[dict[str, object]] = []
-        for (kind, words, itemsize, pieces, many), timings in items:
-            one, split = timings[False], timings[True]
-            warm = min(len(one), len(split)) >= WARMUP
-            faster_split = warm and statistics.median(split) < statistics.median(one)
+        for (kind, words, itemsize, pieces, many), one, split, best in items:
             rows.append(
                 {
                     "kind": kind,
@@ -197,7 +197,7 @@ class SplitPlanner:
                     "units": f">= {FEW_UNITS}" if many else f"< {FEW_UNITS}",
                     "one_thread_us": round(1e6 * statistics.median(one), 1) if one else None,
                     "split_us": round(1e6 * statistics.median(split), 1) if split else None,
-                    "choice": ("split" if faster_split else "one thread") if warm else "warming up",
+                    "choice": "warming up" if best is None else ("split" if best else "one thread"),
                 }
             )
         return rows
