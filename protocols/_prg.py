@@ -358,6 +358,13 @@ class MaskExpander:
         if self.length:
             _encryptor(bytes(key), self.algorithm, 0).update_into(self._zeros_view, self._scratch_view)
 
+    def keystream(self, key: bytes) -> np.ndarray:
+        """The unreduced keystream words of ``key`` in this expander's scratch buffer, valid until the expander's
+        next use: one stream for several accumulators (a pairwise mask is added by one party of the pair and
+        subtracted by the other; :mod:`._secaggplus_precompute` expands it once for both)."""
+        self._stream(key)
+        return self._scratch
+
     def combine(
         self,
         acc: np.ndarray,

@@ -16,14 +16,16 @@ its encoding and expands only its self mask (drawn from a fresh seed at the requ
 A client takes a precomputed sum only for exactly the use id and the key lists it derived itself from the
 request it received (:meth:`MaskPrecompute.take`); anything else (another schema, a dropout that ended the
 session, a different context) finds no match and expands its masks as usual, so the sums and the messages are
-bit-identical with and without it. Each key still expands exactly one stream that is used: a client that takes
-its sum does not expand its keys again, and one that does not take it expands keys of another use id, whose
-precomputed sum is wiped unused. Every precomputed sum is wiped (zeroed) once taken or discarded.
+bit-identical with and without it. A pairwise key is the same for both clients of its pair, and the simulating
+process holds both clients' sessions, so its stream is expanded once and added to one sum and subtracted from the
+other: half the keystream of expanding every client's masks apart (what a deployed client does). No stream is
+used for two different masks: a client that takes its sum does not expand its keys again, and one that does not
+take it expands keys of another use id, whose precomputed sum is wiped unused. Every precomputed sum is wiped
+(zeroed) once taken or discarded.
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
 import threading
 from collections.abc import Mapping, Sequence
@@ -55,79 +57,128 @@ class MaskJob:
 
 
 class MaskPrecompute:
-    """Expands the :class:`MaskJob` of every client (of the first :data:`MAX_PRECOMPUTED_BYTES` worth of them),
-    claimed one by one by a background thread and by :meth:`take` (a client whose sum nobody has started expands
-    it itself, on the protocol's workers).
+    """Expands the :class:`MaskJob` of every client (of the first :data:`MAX_PRECOMPUTED_BYTES` worth of them) on
+    a background thread, client after client, while :meth:`take` lets a client whose sum is not ready work on it
+    too.
+
+    A pairwise key is the same for both parties of its pair (one adds its stream, the other subtracts it), so
+    each key is expanded once, by whichever thread claims it first, and applied to the sum of every client whose
+    job holds it: half the keystream of expanding every client's job on its own. The sums are the same words
+    either way (the accumulation wraps in the machine word, and addition modulo :math:`2^{64}` or
+    :math:`2^{32}` does not depend on the order).
 
     Args:
         jobs: client -> its job.
         length: the masked vector's length.
         ring_bits: the ring's bits.
         prg: the PRG algorithm.
-        workers: threads a client that expands its own sum in :meth:`take` splits it over.
     """
 
-    def __init__(
-        self, jobs: Mapping[int, MaskJob], length: int, ring_bits: int, prg: str, workers: int = 1
-    ) -> None:
-        self.length, self.ring_bits, self.prg, self.workers = int(length), int(ring_bits), prg, int(workers)
+    def __init__(self, jobs: Mapping[int, MaskJob], length: int, ring_bits: int, prg: str) -> None:
+        self.length, self.ring_bits, self.prg = int(length), int(ring_bits), prg
         size = max(1, self.length * ring_dtype(self.ring_bits).itemsize)
         self.jobs = dict(list(jobs.items())[: MAX_PRECOMPUTED_BYTES // size])
-        self._order = list(self.jobs)
-        self._next = itertools.count()
+        #: key -> the clients whose job holds it, each with whether it adds (else subtracts) the key's stream
+        self._users: dict[bytes, list[tuple[int, bool]]] = {}
+        self._left: dict[int, int] = {}
+        for c, job in self.jobs.items():
+            for keys, adds in ((job.add, True), (job.subtract, False)):
+                for k in keys:
+                    self._users.setdefault(k, []).append((c, adds))
+            self._left[c] = len(job.add) + len(job.subtract)
         self._lock = threading.Lock()
-        self._claimed: set[int] = set()
-        self._done = {c: threading.Event() for c in self.jobs}
+        self._claimed: set[bytes] = set()
+        self._failed: set[int] = set()
         self._sums: dict[int, np.ndarray] = {}
+        self._sum_locks = {c: threading.Lock() for c in self.jobs}
+        self._done = {c: threading.Event() for c in self.jobs}
+        for c, left in self._left.items():
+            if not left:
+                self._sums[c] = np.zeros(self.length, dtype=ring_dtype(self.ring_bits))
+                self._done[c].set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="securefgl-mask-precompute", daemon=True)
         self._thread.start()
 
-    def _claim(self, client: int | None = None) -> int | None:
-        """Claim ``client`` (or the next unclaimed client); ``None`` if it is (they are all) taken."""
+    def _claim(self, key: bytes) -> list[tuple[int, bool]] | None:
+        """The users of ``key`` if this thread is the first to claim it, else ``None``."""
         with self._lock:
-            if client is not None:
-                if client in self._claimed:
-                    return None
-                self._claimed.add(client)
-                return client
-            while (i := next(self._next)) < len(self._order):
-                c = self._order[i]
-                if c not in self._claimed:
-                    self._claimed.add(c)
-                    return c
-            return None
+            if key in self._claimed:
+                return None
+            self._claimed.add(key)
+            return self._users[key]
 
-    def _expand(self, client: int, workers: int) -> None:
-        try:
-            job = self.jobs[client]
-            ex = expander_for(self.length, self.ring_bits, algorithm=self.prg)
-            acc = np.zeros(self.length, dtype=ex.dtype)
-            ex.combine(acc, job.add, job.subtract, workers=workers)
-            self._sums[client] = acc
-        finally:  # a failed expansion leaves no sum: the client expands its own masks
-            self._done[client].set()
+    def _apply(self, stream: np.ndarray, users: list[tuple[int, bool]]) -> None:
+        """Add (or subtract) one key's stream to the sum of each of its users; a sum whose last key this was is
+        ready."""
+        for c, adds in users:
+            with self._sum_locks[c]:
+                if c in self._failed:
+                    continue
+                acc = self._sums.get(c)
+                if acc is None:
+                    acc = self._sums[c] = np.zeros(self.length, dtype=stream.dtype)
+                (np.add if adds else np.subtract)(acc, stream, out=acc)
+            with self._lock:
+                self._left[c] -= 1
+                if self._left[c] == 0:
+                    self._done[c].set()
+
+    def _fail(self, users: list[tuple[int, bool]]) -> None:
+        """A key that could not be expanded: its users get no sum (they expand their own masks)."""
+        for c, _ in users:
+            with self._sum_locks[c]:
+                self._failed.add(c)
+                acc = self._sums.pop(c, None)
+            if acc is not None:
+                acc.fill(0)
+            self._done[c].set()
+
+    def _turn(self, client: int, stoppable: bool = False) -> None:
+        """Expand every key of ``client``'s job that no thread has claimed yet (for all of its users); a
+        ``stoppable`` turn (the background thread's) ends early once :meth:`discard` is called."""
+        job = self.jobs[client]
+        for key in (*job.add, *job.subtract):
+            if stoppable and self._stop.is_set():
+                return
+            users = self._claim(key)
+            if users is None:
+                continue
+            try:
+                stream = expander_for(self.length, self.ring_bits, algorithm=self.prg).keystream(key)
+                self._apply(stream, users)
+            except BaseException:
+                self._fail(users)
+                raise
 
     def _run(self) -> None:
         try:
-            while not self._stop.is_set() and (c := self._claim()) is not None:
-                self._expand(c, 1)  # one thread: the other cores train
+            for c in self.jobs:
+                if self._stop.is_set():
+                    return
+                self._turn(c, stoppable=True)
         except Exception:  # e.g. out of memory: the clients left expand their own masks, as unannounced
             logger.warning("expanding masks ahead stopped; the clients expand their own", exc_info=True)
 
     def take(
         self, client: int, use_id: bytes, add: Sequence[bytes], subtract: Sequence[bytes]
     ) -> np.ndarray | None:
-        """The mask sum of ``client`` for exactly this use id and these keys, or ``None`` (no such job: the
-        caller expands its masks itself). The returned array is the caller's; wipe it after use."""
+        """The mask sum of ``client`` for exactly this use id and these keys, or ``None`` (no such job, or its
+        expansion failed: the caller expands its masks itself). The returned array is the caller's; wipe it after
+        use."""
         job = self.jobs.get(client)
         if job is None or job != MaskJob(bytes(use_id), tuple(add), tuple(subtract)):
             return None
-        if self._claim(client) is not None:
-            self._expand(client, self.workers)
+        if not self._done[client].is_set():
+            try:
+                self._turn(client)
+            except Exception:  # its own keys failed: it expands its masks itself
+                logger.warning(
+                    "expanding masks ahead failed; client %s expands its own", client, exc_info=True
+                )
         self._done[client].wait()
-        with self._lock:
-            return self._sums.pop(client, None)
+        with self._sum_locks[client]:
+            return None if client in self._failed else self._sums.pop(client, None)
 
     def discard(self) -> None:
         """Stop the background thread and wipe every sum nobody took."""

@@ -391,9 +391,7 @@ class SecAggPlus(Protocol):
             schema_fingerprint=schema.fingerprint(),
         )
         jobs = pairwise_jobs(request, kept.clients, client_contexts(context, ids))
-        self._precomputed = MaskPrecompute(
-            jobs, request.length, schema.ring_bits, self.config.prg, workers=self.workers
-        )
+        self._precomputed = MaskPrecompute(jobs, request.length, schema.ring_bits, self.config.prg)
         return True
 
     def _discard_precomputed(self) -> None:

@@ -86,13 +86,13 @@ def test_announced_uses_send_the_same_masked_inputs(optimistic, takes):
 @pytest.mark.parametrize("change", ["context", "schema", "round"])
 def test_an_announcement_that_does_not_match_is_not_taken_and_is_wiped(change, takes, monkeypatch):
     expanded: list[np.ndarray] = []
-    expand = MaskPrecompute._expand
+    apply = MaskPrecompute._apply
 
-    def recording(self, client, workers):
-        expand(self, client, workers)
-        expanded.append(self._sums[client])
+    def recording(self, stream, users):
+        apply(self, stream, users)
+        expanded.extend(self._sums[c] for c, _ in users if c in self._sums)
 
-    monkeypatch.setattr(MaskPrecompute, "_expand", recording)
+    monkeypatch.setattr(MaskPrecompute, "_apply", recording)
     proto = _protocol()
     proto.aggregate(SCHEMA, _contributions(0), round_index=0, context=b"model 0")
     other = SumSchema(
@@ -172,20 +172,87 @@ def test_at_most_the_byte_cap_is_expanded_ahead(takes, monkeypatch):
 
 
 def test_a_failed_expansion_ahead_leaves_the_client_to_expand_its_own(takes, monkeypatch, caplog):
-    """The background thread failing (here: out of memory on its first client) costs no sum: that client
-    expands its own masks, the others are expanded when they ask, and the failure is logged."""
+    """The background thread failing (here: out of memory on its first key) costs no sum: the two clients of that
+    key's pair expand their own masks, the others' keys are expanded when they ask, and the failure is logged."""
     import threading
 
     from securefgl.protocols._prg import MaskExpander
 
-    combine = MaskExpander.combine
+    keystream = MaskExpander.keystream
 
-    def failing(self, *args, **kwargs):
+    def failing(self, key):
         if threading.current_thread().name == "securefgl-mask-precompute":
-            raise MemoryError("no room for one more mask sum")
-        return combine(self, *args, **kwargs)
+            raise MemoryError("no room for one more mask stream")
+        return keystream(self, key)
 
-    monkeypatch.setattr(MaskExpander, "combine", failing)
+    monkeypatch.setattr(MaskExpander, "keystream", failing)
     _key_agreement_then_one_announced_use()
-    assert takes.count(False) == 1 and takes.count(True) == N - 1
+    assert takes.count(False) == 2 and takes.count(True) == N - 2
     assert "expanding masks ahead stopped" in caplog.text
+
+
+def test_each_pairwise_key_is_expanded_once_for_both_clients_of_its_pair(takes, monkeypatch):
+    """The two clients of a pair hold the same key: its stream is expanded once, added to one sum and subtracted
+    from the other, and the inputs are those of expanding every client's masks apart (compared above)."""
+    from securefgl.protocols._prg import MaskExpander
+
+    streams: list[bytes] = []
+    keystream = MaskExpander.keystream
+
+    def counting(self, key):
+        streams.append(bytes(key))
+        return keystream(self, key)
+
+    import securefgl.protocols.secaggplus as secaggplus
+
+    jobs: list[dict] = []
+    pairwise_jobs = secaggplus.pairwise_jobs
+
+    def recording_jobs(*args, **kwargs):
+        jobs.append(pairwise_jobs(*args, **kwargs))
+        return jobs[-1]
+
+    monkeypatch.setattr(MaskExpander, "keystream", counting)
+    monkeypatch.setattr(secaggplus, "pairwise_jobs", recording_jobs)
+    _key_agreement_then_one_announced_use()
+    assert takes and all(takes) and len(jobs) == 1
+    held = [k for job in jobs[0].values() for k in (*job.add, *job.subtract)]
+    assert len(held) == 2 * len(set(held))  # every key is held by the two clients of its pair ...
+    assert sorted(streams) == sorted(set(held))  # ... and expanded once
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_shared_streams_give_every_client_its_own_mask_sum(seed):
+    """Random jobs whose keys are shared by pairs (or held by one client only, as a partner beyond the byte cap),
+    taken in a random order while the background thread works: each sum equals the client's own ``combine``."""
+    import os
+
+    from securefgl.protocols._prg import expander_for
+    from securefgl.protocols._secaggplus_precompute import MaskJob
+
+    rng = np.random.default_rng(seed)
+    n, length, bits = 12, 5000, 37
+    keys = {}
+    for u in range(n):
+        for v in range(u + 1, n):
+            if rng.random() < 0.4:
+                keys[u, v] = os.urandom(32)
+    lone = {u: [os.urandom(32) for _ in range(int(rng.integers(0, 3)))] for u in range(n)}
+    jobs = {
+        u: MaskJob(
+            b"use",
+            tuple(k for (a, b), k in keys.items() if a == u) + tuple(lone[u]),
+            tuple(k for (a, b), k in keys.items() if b == u),
+        )
+        for u in range(n)
+    }
+    pre = MaskPrecompute(jobs, length, bits, "aes256-ctr")
+    ex = expander_for(length, bits)
+    for u in rng.permutation(n):
+        job = jobs[int(u)]
+        got = pre.take(int(u), job.use_id, job.add, job.subtract)
+        want = ex.zeros()
+        ex.combine(want, job.add, job.subtract)
+        assert got is not None and np.array_equal(ex.reduce(got), ex.reduce(want))
+    assert pre.take(0, b"another use", jobs[0].add, jobs[0].subtract) is None
+    pre.discard()
