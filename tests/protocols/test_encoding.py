@@ -492,6 +492,44 @@ def test_round_to_grid_is_unbiased_seeded_and_leaves_other_blocks() -> None:
         s.encode(s.round_to_grid(bad, np.random.default_rng(0)))
 
 
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_round_to_grid_draws_and_rounds_as_the_formula_says(dtype) -> None:
+    """The rounding is ``floor(x / step) + (u < frac)`` with ``u = rng.random(n)`` per block in schema order, clamped
+    to the bound's grid, out-of-bound values kept: bit for bit, also when the buffers it works in are reused by the
+    next call (whose results must not touch the earlier ones)."""
+    s = SumSchema(
+        [BlockSpec("a", (3, 700), bound=2.0), BlockSpec("b", (1500,), bound=0.5)],
+        max_clients=4,
+        precision=2.0**-9,
+    )
+    gen = np.random.default_rng(7)
+    contribs = [
+        {"a": (gen.normal(0, 1.2, (3, 700))).astype(dtype), "b": gen.uniform(-0.6, 0.6, 1500).astype(dtype)}
+        for _ in range(3)
+    ]
+
+    def formula(contrib, rng):
+        out = {}
+        for spec in s.blocks:
+            x = np.asarray(contrib[spec.name]).reshape(-1).astype(np.float64)
+            y = x * s.scales[spec.name]
+            fl = np.floor(y)
+            fl += rng.random(y.shape[0]) < (y - fl)
+            top = math.floor(spec.bound * s.scales[spec.name])
+            fl = np.clip(fl, -top, top) * s.steps[spec.name]
+            outside = np.abs(x) > spec.bound
+            fl[outside] = x[outside]
+            out[spec.name] = fl.reshape(spec.shape)
+        return out
+
+    got = [s.round_to_grid(c, np.random.default_rng(i)) for i, c in enumerate(contribs)]
+    for i, (c, g) in enumerate(zip(contribs, got, strict=True)):
+        want = formula(c, np.random.default_rng(i))
+        for name in ("a", "b"):
+            np.testing.assert_array_equal(g[name].numpy(), want[name])
+    assert any(np.abs(c["a"]).max() > 2.0 for c in contribs)  # out-of-bound values were exercised
+
+
 def test_negative_values_and_values_on_the_grid_are_exact() -> None:
     s = SumSchema([BlockSpec("x", (5,), bound=4.0, dtype=torch.float64)], max_clients=3, precision=2**-8)
     x = np.array([-4.0, -1.5, 0.0, 0.25, 4.0])
