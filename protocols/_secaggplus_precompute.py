@@ -138,6 +138,7 @@ class MaskPrecompute:
         """Expand every key of ``client``'s job that no thread has claimed yet (for all of its users); a
         ``stoppable`` turn (the background thread's) ends early once :meth:`discard` is called."""
         job = self.jobs[client]
+        ex = expander_for(self.length, self.ring_bits, algorithm=self.prg)  # this thread's
         for key in (*job.add, *job.subtract):
             if stoppable and self._stop.is_set():
                 return
@@ -145,8 +146,7 @@ class MaskPrecompute:
             if users is None:
                 continue
             try:
-                stream = expander_for(self.length, self.ring_bits, algorithm=self.prg).keystream(key)
-                self._apply(stream, users)
+                self._apply(ex.keystream(key), users)
             except BaseException:
                 self._fail(users)
                 raise
@@ -154,8 +154,6 @@ class MaskPrecompute:
     def _run(self) -> None:
         try:
             for c in self.jobs:
-                if self._stop.is_set():
-                    return
                 self._turn(c, stoppable=True)
         except Exception:  # e.g. out of memory: the clients left expand their own masks, as unannounced
             logger.warning("expanding masks ahead stopped; the clients expand their own", exc_info=True)
