@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 from pathlib import Path
@@ -218,9 +219,12 @@ def test_ring_dtype_choice() -> None:
 @pytest.mark.parametrize("algorithm", ["aes256-ctr", "aes128-ctr", "chacha20"])
 @pytest.mark.parametrize("bits", [7, 20, 32, 45, 64])
 def test_masks_are_uniform_in_the_ring(algorithm: str, bits: int) -> None:
-    """Chi-square of the top 4 bits of 200k mask elements, and per-bit frequencies, against uniform."""
+    """Chi-square of the top 4 bits of 200k mask elements, and per-bit frequencies, against uniform.
+
+    A fixed key per case: with fresh keys each of the 15 cases failed one run in 10,000 by chance (a CI run failed
+    at p = 6.5e-5); fixed, the test still fails if the expansion or the reduction to the ring is biased."""
     ex = MaskExpander(200_000, bits, algorithm=algorithm)
-    m = ex.expand(os.urandom(32)).astype(np.uint64)
+    m = ex.expand(hashlib.sha256(f"uniform {algorithm} {bits}".encode()).digest()).astype(np.uint64)
     assert int(m.max()) < 2**bits
     top = (m >> np.uint64(max(bits - 4, 0))).astype(np.int64)
     counts = np.bincount(top, minlength=2 ** min(4, bits))
