@@ -22,6 +22,7 @@ from securefgl.errors import (
     ProtocolError,
     StageOrderError,
 )
+from securefgl.protocols import _ckks_native as native
 from securefgl.protocols._channel import ChannelKeys
 from securefgl.protocols._ckks_keys import (
     check_ciphertext,
@@ -248,7 +249,7 @@ class CKKSClient:
         self._contribution = None  # sent: keep nothing
         vec = to_digits(self.layout, centred_lift(enc.data, self.schema.ring_bits), enc.clip_counts)
         rows = vec.reshape(self.layout.chunks, self.layout.slots)
-        cts = tuple((i, ts.ckks_vector(self._ctx, row.tolist()).serialize()) for i, row in enumerate(rows))
+        cts = tuple((i, native.encrypt(self._ctx, row)) for i, row in enumerate(rows))
         self._ctx = None  # decryption (key holders) uses the secret context bytes
         self.stage = "uploaded"
         out = CKKSUpload(session_id=self.session_id, ciphertexts=cts).to_bytes()
@@ -283,11 +284,11 @@ class CKKSClient:
         dec = np.empty(lay.chunks * lay.slots, dtype=np.float64)
         for i, blob in req.ciphertexts:
             try:
-                v = ts.ckks_vector_from(ctx, blob)
+                v = native.load(ctx, blob)
                 check_ciphertext(v, params, ctx, full=i == 0)  # a mismatch elsewhere fails the grid check
             except Exception as exc:  # noqa: BLE001
                 raise MalformedMessageError(f"sum ciphertext {i} rejected ({exc})", **where) from None
-            dec[i * lay.slots : (i + 1) * lay.slots] = v.decrypt()
+            native.decrypt_into(v, dec[i * lay.slots : (i + 1) * lay.slots])
         del ctx
         ring, clip, dev = from_digits(lay, schema, dec, n, params, where)
         values = schema.decode(ring, n)

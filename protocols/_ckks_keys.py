@@ -16,6 +16,7 @@ from pathlib import Path
 import tenseal as ts
 
 from securefgl.errors import InconsistentViewError
+from securefgl.protocols._ckks_native import NativeVector
 from securefgl.protocols._ckks_params import CKKSParameters
 
 __all__ = ["check_ciphertext", "check_context", "ckks_session_id", "new_context", "save_secret_context"]
@@ -65,7 +66,7 @@ def ckks_session_id(request: bytes, roster: Sequence[tuple[int, bytes]], context
 
 
 def check_ciphertext(
-    vec: ts.CKKSVector, params: CKKSParameters, ctx: ts.Context, *, full: bool = True
+    vec: NativeVector, params: CKKSParameters, ctx: ts.Context, *, full: bool = True
 ) -> None:
     """Refuse a ciphertext that does not have exactly this session's parameters.
 

@@ -20,6 +20,7 @@ from securefgl.errors import (
     StageOrderError,
     ThresholdError,
 )
+from securefgl.protocols import _ckks_native as native
 from securefgl.protocols._ckks_keys import check_ciphertext, check_context
 from securefgl.protocols._ckks_messages import (
     CKKSAdvertise,
@@ -43,17 +44,17 @@ __all__ = ["CKKSServer"]
 
 
 def _add_all_or_nothing(
-    acc: list[ts.CKKSVector], vecs: list[ts.CKKSVector], where: Mapping[str, Any]
+    acc: list[native.NativeVector], vecs: list[native.NativeVector], where: Mapping[str, Any]
 ) -> None:
     """``acc += vecs`` chunk by chunk; if SEAL refuses a chunk (level, scale, size), undo the others."""
     done = 0
     try:
         for a, v in zip(acc, vecs, strict=True):
-            a += v
+            a.add_(v)
             done += 1
     except Exception as exc:  # noqa: BLE001 - SEAL raises ValueError/RuntimeError on mismatched operands
         for a, v in zip(acc[:done], vecs[:done], strict=True):
-            a -= v
+            a.sub_(v)
         raise MalformedMessageError(
             f"ciphertext {done} does not match the session's parameters ({exc})", **where
         ) from None
@@ -248,7 +249,7 @@ class CKKSServer:
         ctx = self.public_context
         if ctx is None:  # pragma: no cover - guarded by the stage order
             raise StageOrderError("upload before the keys stage", party=SERVER, phase="upload")
-        acc: list[ts.CKKSVector] | None = None
+        acc: list[native.NativeVector] | None = None
         contributors = []
         for c in sorted(ok):
             if c in self.transcript.excluded or c not in self.roster:
@@ -267,7 +268,7 @@ class CKKSServer:
                 vecs = []
                 for i, blob in msg.ciphertexts:
                     try:
-                        v = ts.ckks_vector_from(ctx, blob)
+                        v = native.load(ctx, blob)
                         check_ciphertext(v, self.params, ctx, full=acc is None or i == 0)
                     except Exception as exc:  # noqa: BLE001 - TenSEAL/SEAL raise assorted types on bad input
                         raise MalformedMessageError(f"ciphertext {i} rejected: {exc}", **where) from None

@@ -151,7 +151,7 @@ def test_benchmark_drops_clients_at_their_upload_stage(name: str, phase: str) ->
 
 
 _RATIOS = {
-    "ckks": ["enc_x", "add_x", "dec_x", "enc+add+dec_x", "vs_fresh_x"],
+    "ckks": ["enc_x", "add_x", "dec_x", "enc+add+dec_x", "vs_fresh_x", "vs_native_x"],
     "ckks-bytes": ["ckks/plaintext", "ckks/float32", "ckks/secagg"],
     "dp": ["dp_overhead_x"],
 }
