@@ -42,10 +42,12 @@ from typing import Literal, get_args
 
 import numpy as np
 from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.ciphers import Cipher, CipherContext, algorithms, modes
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from securefgl.errors import ConfigError
+from securefgl.protocols._keystream import AES128_KEY_BYTES, BLOCK_BYTES
+from securefgl.protocols._keystream import encryptor as _encryptor
 from securefgl.protocols._split_planner import planner
 
 __all__ = [
@@ -74,8 +76,6 @@ __all__ = [
 
 #: Length of every secret, seed and derived key, in bytes (256 bits).
 KEY_BYTES = 32
-#: Bytes of a derived key that key AES-128-CTR (its first 128 bits).
-AES128_KEY_BYTES = 16
 #: Versioned domain-separation prefix of every HKDF ``info`` string.
 INFO_PREFIX = b"securefgl/protocols/v1"
 #: A key may expand at most this many cipher blocks: ChaCha20's 32-bit block counter never wraps,
@@ -84,7 +84,7 @@ MAX_BLOCKS_PER_KEY = 2**32
 
 PrgAlgorithm = Literal["aes256-ctr", "aes128-ctr", "chacha20"]
 PRG_ALGORITHMS: tuple[str, ...] = get_args(PrgAlgorithm)
-_BLOCK_BYTES = {"aes256-ctr": 16, "aes128-ctr": 16, "chacha20": 64}
+_BLOCK_BYTES = BLOCK_BYTES
 
 #: A source of cryptographic random bytes: ``source(n) -> n bytes``. Production code uses
 #: :func:`system_random` (the OS CSPRNG).
@@ -240,17 +240,6 @@ def _hkdf(secret: bytes | bytearray | memoryview, info: bytes, length: int) -> b
     if len(secret) < KEY_BYTES:
         raise ConfigError(f"secret must have at least {KEY_BYTES} bytes, got {len(secret)}")
     return HKDF(algorithm=_SHA256, length=length, salt=None, info=info).derive(bytes(secret))
-
-
-def _encryptor(key: bytes, algorithm: str, start_block: int) -> CipherContext:
-    if algorithm == "aes256-ctr":
-        return Cipher(algorithms.AES(key), modes.CTR(start_block.to_bytes(16, "big"))).encryptor()
-    if algorithm == "aes128-ctr":
-        return Cipher(
-            algorithms.AES(key[:AES128_KEY_BYTES]), modes.CTR(start_block.to_bytes(16, "big"))
-        ).encryptor()
-    nonce = struct.pack("<I", start_block) + bytes(12)  # RFC 8439: 32-bit LE counter || 96-bit nonce (0)
-    return Cipher(algorithms.ChaCha20(key, nonce), None).encryptor()
 
 
 def keystream_into(

@@ -44,7 +44,7 @@ from securefgl.protocols._release import refuse_small_sum
 from securefgl.protocols._rounding import RoundingBits
 from securefgl.protocols._secaggplus_client_use import SecAggPlusClientState, UseLifecycle
 from securefgl.protocols._secaggplus_params import SecAggPlusConfig, Stage, resolve_graph
-from securefgl.protocols._secaggplus_precompute import MaskPrecompute
+from securefgl.protocols._secaggplus_precompute import MaskPrecompute, WorkerMaskPrecompute
 from securefgl.protocols._secaggplus_resume import SEED_SHARE_BYTES, ClientSession, ResumedUnmaskRequest
 from securefgl.protocols._secaggplus_session import (
     SHARE_BYTES,
@@ -174,7 +174,7 @@ class SecAggPlusClient(UseLifecycle):
         self._resumed = session
         self.workers = max(1, int(workers))
         #: pairwise masks expanded ahead for an announced resumed use (set by the simulating protocol), or None
-        self.precomputed: MaskPrecompute | None = None
+        self.precomputed: MaskPrecompute | WorkerMaskPrecompute | None = None
         self.session: ClientSession | None = None
         self._continues = False
         #: Wall time of the steps of ``masked_input`` (decrypt shares, encode, mask, serialise), seconds.

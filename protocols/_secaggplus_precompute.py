@@ -33,16 +33,29 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from securefgl.protocols._mask_worker import MaskWorker, mask_worker
 from securefgl.protocols._prg import expander_for, ring_dtype
 from securefgl.protocols._secaggplus_resume import ClientSession, use_id_for
 from securefgl.protocols._secaggplus_session import pair_keys
 from securefgl.protocols.messages import ResumeRequest
 
-__all__ = ["MAX_PRECOMPUTED_BYTES", "MaskJob", "MaskPrecompute", "pairwise_jobs"]
+__all__ = [
+    "BACKEND",
+    "MAX_PRECOMPUTED_BYTES",
+    "MaskJob",
+    "MaskPrecompute",
+    "WorkerMaskPrecompute",
+    "pairwise_jobs",
+    "start_precompute",
+    "warm_up",
+]
 
 #: Most bytes of mask sums expanded ahead at once (100 clients of FedAvg's GCN on Cora hold 74 MB); the clients
 #: beyond it expand their masks when their request arrives, as without an announcement.
 MAX_PRECOMPUTED_BYTES = 512 * 2**20
+#: Where masks are expanded ahead: ``"auto"`` (the mask worker process where it runs, else a thread) or
+#: ``"thread"``.
+BACKEND = "auto"
 
 logger = logging.getLogger(__name__)
 
@@ -187,6 +200,80 @@ class MaskPrecompute:
             self._sums.clear()
         for acc in left:
             acc.fill(0)
+
+
+class WorkerMaskPrecompute:
+    """The same as :class:`MaskPrecompute`, with the expansion in the mask worker process (:mod:`._mask_worker`),
+    which takes nothing from the interpreter this process runs its clients in.
+
+    A client whose row the worker has finished takes it (a view of the shared map: the caller adds it and wipes
+    it, as the thread's sums); a row the worker does not finish (it stopped, or the task failed) is ``None``, and
+    that client expands its masks itself.
+
+    Args:
+        jobs: client -> its job.
+        length: the masked vector's length.
+        ring_bits: the ring's bits.
+        prg: the PRG algorithm.
+        worker: the worker process.
+    """
+
+    def __init__(
+        self, jobs: Mapping[int, MaskJob], length: int, ring_bits: int, prg: str, worker: MaskWorker
+    ) -> None:
+        word = ring_dtype(int(ring_bits))
+        self.jobs = dict(list(jobs.items())[: MAX_PRECOMPUTED_BYTES // max(1, int(length) * word.itemsize)])
+        self._row = {c: r for r, c in enumerate(self.jobs)}
+        self._taken: set[int] = set()
+        self._worker = worker
+        self.task = worker.start([(j.add, j.subtract) for j in self.jobs.values()], int(length), word, prg)
+        #: After :meth:`discard`: how many streams the worker expanded, and whether it finished every row.
+        self.expanded, self.finished = 0, False
+
+    def take(
+        self, client: int, use_id: bytes, add: Sequence[bytes], subtract: Sequence[bytes]
+    ) -> np.ndarray | None:
+        """As :meth:`MaskPrecompute.take`; the array is a row of the worker's map, valid until the next
+        announcement."""
+        job = self.jobs.get(client)
+        if self.task is None or job is None or job != MaskJob(bytes(use_id), tuple(add), tuple(subtract)):
+            return None
+        row = self._row[client]
+        if row in self._taken or not self._worker.wait_row(self.task, row):
+            return None
+        self._taken.add(row)
+        taken: np.ndarray = self.task.rows[row]
+        return taken
+
+    def discard(self) -> None:
+        """Stop the worker's task and wipe every row nobody took."""
+        if self.task is None:
+            return
+        self._worker.cancel(self.task)
+        self.expanded, self.finished = self.task.expanded, self.task.ok
+        for r in range(len(self.jobs)):
+            if r not in self._taken:
+                self.task.rows[r].fill(0)
+        self.task = None
+
+
+def warm_up() -> None:
+    """Start the mask worker process ahead of the first announcement (it is ready in a fraction of a second, and
+    :func:`start_precompute` uses a thread until it is)."""
+    if BACKEND != "thread":
+        mask_worker()
+
+
+def start_precompute(
+    jobs: Mapping[int, MaskJob], length: int, ring_bits: int, prg: str
+) -> MaskPrecompute | WorkerMaskPrecompute:
+    """Expand ``jobs`` ahead: in the mask worker process where one runs and has started
+    (:func:`._mask_worker.mask_worker`; :data:`BACKEND` ``"auto"``), else on a thread of this process."""
+    if BACKEND != "thread":
+        worker = mask_worker()
+        if worker is not None and worker.ready:
+            return WorkerMaskPrecompute(jobs, length, ring_bits, prg, worker)
+    return MaskPrecompute(jobs, length, ring_bits, prg)
 
 
 def pairwise_jobs(

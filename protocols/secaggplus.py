@@ -112,7 +112,13 @@ from securefgl.protocols._release import DEFAULT_MIN_CONTRIBUTORS
 from securefgl.protocols._rounding import RoundingBits
 from securefgl.protocols._secaggplus_client import SecAggPlusClient, SecAggPlusClientState
 from securefgl.protocols._secaggplus_params import SecAggPlusConfig, Stage, resolve_graph
-from securefgl.protocols._secaggplus_precompute import MaskPrecompute, pairwise_jobs
+from securefgl.protocols._secaggplus_precompute import (
+    MaskPrecompute,
+    WorkerMaskPrecompute,
+    pairwise_jobs,
+    start_precompute,
+    warm_up,
+)
 from securefgl.protocols._secaggplus_resume import (
     ClientSession,
     ResumedInput,
@@ -249,7 +255,7 @@ class SecAggPlus(Protocol):
         #: (clients, recipient) -> the session to resume next (at most :data:`_MAX_SESSIONS`, oldest dropped).
         self._sessions: OrderedDict[tuple[tuple[int, ...], int | None], _KeptSession] = OrderedDict()
         #: the pairwise masks of the announced next resumed use, expanding (:meth:`prepare`)
-        self._precomputed: MaskPrecompute | None = None
+        self._precomputed: MaskPrecompute | WorkerMaskPrecompute | None = None
         if isinstance(identities, (str, Path, os.PathLike)):
             identities = IdentityDirectory.from_file(identities)
         if identities is not None and not isinstance(identities, IdentityDirectory):
@@ -375,6 +381,8 @@ class SecAggPlus(Protocol):
         (:mod:`._secaggplus_precompute`); each client takes its sum if the request it receives is the one
         announced, else expands its masks as usual. Returns whether expansion started."""
         self._discard_precomputed()
+        if self.config.session_uses > 1:
+            warm_up()  # the worker process that expands masks ahead: ready by the first resumed use
         ids = tuple(sorted({int(c) for c in clients}))
         kept = self._sessions.get((ids, recipient))
         if recipient is not None or kept is None or kept.server.use + 1 >= self.config.session_uses:
@@ -391,7 +399,7 @@ class SecAggPlus(Protocol):
             schema_fingerprint=schema.fingerprint(),
         )
         jobs = pairwise_jobs(request, kept.clients, client_contexts(context, ids))
-        self._precomputed = MaskPrecompute(jobs, request.length, schema.ring_bits, self.config.prg)
+        self._precomputed = start_precompute(jobs, request.length, schema.ring_bits, self.config.prg)
         return True
 
     def _discard_precomputed(self) -> None:

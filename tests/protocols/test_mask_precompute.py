@@ -12,8 +12,10 @@ import numpy as np
 import pytest
 
 import securefgl
+import securefgl.protocols._secaggplus_precompute as precompute
+from securefgl.protocols._mask_worker import mask_worker
 from securefgl.protocols._prg import ring_dtype
-from securefgl.protocols._secaggplus_precompute import MaskPrecompute
+from securefgl.protocols._secaggplus_precompute import MaskPrecompute, WorkerMaskPrecompute
 from securefgl.protocols._secaggplus_resume import OptimisticInput, ResumedInput
 from securefgl.protocols.encoding import BlockSpec, SumSchema
 from securefgl.protocols.messages import decode
@@ -40,18 +42,47 @@ def _protocol(optimistic_uses: bool = True) -> SecAggPlus:
         return SecAggPlus(insecure_seed=11, session_uses=10, optimistic_uses=optimistic_uses)
 
 
+def _ready_worker():
+    """The mask worker process, started and ready (it is on every POSIX machine)."""
+    import time
+
+    worker = mask_worker()
+    assert worker is not None, "the mask worker process did not start"
+    deadline = time.monotonic() + 30
+    while not worker.ready:
+        assert time.monotonic() < deadline, "the mask worker process did not greet"
+        time.sleep(0.01)
+    return worker
+
+
+@pytest.fixture(params=["thread", "worker"])
+def backend(request, monkeypatch) -> str:
+    """Masks expanded ahead on a thread, or in the mask worker process."""
+    monkeypatch.setattr(precompute, "BACKEND", "thread" if request.param == "thread" else "auto")
+    if request.param == "worker":
+        _ready_worker()
+    return request.param
+
+
+@pytest.fixture
+def thread_backend(monkeypatch) -> None:
+    """For the tests of the thread's own workings."""
+    monkeypatch.setattr(precompute, "BACKEND", "thread")
+
+
 @pytest.fixture
 def takes(monkeypatch) -> list[bool]:
-    """Every client's ``take``: whether it got a precomputed mask sum."""
+    """Every client's ``take``: whether it got a precomputed mask sum (from either backend)."""
     got: list[bool] = []
-    take = MaskPrecompute.take
+    for cls in (MaskPrecompute, WorkerMaskPrecompute):
+        take = cls.take
 
-    def counting(self, *args, **kwargs):
-        out = take(self, *args, **kwargs)
-        got.append(out is not None)
-        return out
+        def counting(self, *args, _take=take, **kwargs):
+            out = _take(self, *args, **kwargs)
+            got.append(out is not None)
+            return out
 
-    monkeypatch.setattr(MaskPrecompute, "take", counting)
+        monkeypatch.setattr(cls, "take", counting)
     return got
 
 
@@ -67,7 +98,7 @@ def _inputs(tr) -> dict[int, bytes]:
 
 
 @pytest.mark.parametrize("optimistic", [True, False])
-def test_announced_uses_send_the_same_masked_inputs(optimistic, takes):
+def test_announced_uses_send_the_same_masked_inputs(optimistic, takes, backend):
     plain, prepared = _protocol(optimistic_uses=optimistic), _protocol(optimistic_uses=optimistic)
     for use in range(4):
         contributions, context = _contributions(use), b"model %d" % use
@@ -84,7 +115,9 @@ def test_announced_uses_send_the_same_masked_inputs(optimistic, takes):
 
 
 @pytest.mark.parametrize("change", ["context", "schema", "round"])
-def test_an_announcement_that_does_not_match_is_not_taken_and_is_wiped(change, takes, monkeypatch):
+def test_an_announcement_that_does_not_match_is_not_taken_and_is_wiped(
+    change, takes, monkeypatch, thread_backend
+):
     expanded: list[np.ndarray] = []
     apply = MaskPrecompute._apply
 
@@ -131,7 +164,7 @@ def test_prepare_starts_nothing_without_a_resumed_use_to_come(case):
     assert proto._precomputed is None
 
 
-def test_a_run_announces_its_training_sums_and_is_the_plaintext_run(takes):
+def test_a_run_announces_its_training_sums_and_is_the_plaintext_run(takes, backend):
     """Engine level: the engine announces each round's training sum before its clients train; the optimistic
     uses take every mask sum expanded ahead and the run trains and scores as the plaintext run."""
     cfg = {
@@ -161,17 +194,17 @@ def _key_agreement_then_one_announced_use() -> None:
         assert _inputs(tr_a) == _inputs(tr_b) and np.array_equal(a["w"].numpy(), b["w"].numpy())
 
 
-def test_at_most_the_byte_cap_is_expanded_ahead(takes, monkeypatch):
+def test_at_most_the_byte_cap_is_expanded_ahead(takes, monkeypatch, backend):
     """Beyond ``MAX_PRECOMPUTED_BYTES`` the clients expand their own masks, with the same inputs."""
-    import securefgl.protocols._secaggplus_precompute as precompute
-
     vector_bytes = ClipLayout(SCHEMA).length * ring_dtype(SCHEMA.ring_bits).itemsize
     monkeypatch.setattr(precompute, "MAX_PRECOMPUTED_BYTES", 5 * vector_bytes + 1)  # five clients' sums
     _key_agreement_then_one_announced_use()
     assert takes.count(True) == 5 and takes.count(False) == N - 5
 
 
-def test_a_failed_expansion_ahead_leaves_the_client_to_expand_its_own(takes, monkeypatch, caplog):
+def test_a_failed_expansion_ahead_leaves_the_client_to_expand_its_own(
+    takes, monkeypatch, caplog, thread_backend
+):
     """The background thread failing (here: out of memory on its first key) costs no sum: the two clients of that
     key's pair expand their own masks, the others' keys are expanded when they ask, and the failure is logged."""
     import threading
@@ -191,7 +224,7 @@ def test_a_failed_expansion_ahead_leaves_the_client_to_expand_its_own(takes, mon
     assert "expanding masks ahead stopped" in caplog.text
 
 
-def test_each_pairwise_key_is_expanded_once_for_both_clients_of_its_pair(takes, monkeypatch):
+def test_each_pairwise_key_is_expanded_once_for_both_clients_of_its_pair(takes, monkeypatch, thread_backend):
     """The two clients of a pair hold the same key: its stream is expanded once, added to one sum and subtracted
     from the other, and the inputs are those of expanding every client's masks apart (compared above)."""
     from securefgl.protocols._prg import MaskExpander
@@ -222,7 +255,8 @@ def test_each_pairwise_key_is_expanded_once_for_both_clients_of_its_pair(takes, 
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_shared_streams_give_every_client_its_own_mask_sum(seed):
+@pytest.mark.parametrize("where", ["thread", "worker"])
+def test_shared_streams_give_every_client_its_own_mask_sum(seed, where):
     """Random jobs whose keys are shared by pairs (or held by one client only, as a partner beyond the byte cap),
     taken in a random order while the background thread works: each sum equals the client's own ``combine``."""
     import os
@@ -246,13 +280,18 @@ def test_shared_streams_give_every_client_its_own_mask_sum(seed):
         )
         for u in range(n)
     }
-    pre = MaskPrecompute(jobs, length, bits, "aes256-ctr")
+    if where == "thread":
+        pre = MaskPrecompute(jobs, length, bits, "aes256-ctr")
+    else:
+        pre = WorkerMaskPrecompute(jobs, length, bits, "aes256-ctr", _ready_worker())
     ex = expander_for(length, bits)
     for u in rng.permutation(n):
         job = jobs[int(u)]
         got = pre.take(int(u), job.use_id, job.add, job.subtract)
         want = ex.zeros()
         ex.combine(want, job.add, job.subtract)
-        assert got is not None and np.array_equal(ex.reduce(got), ex.reduce(want))
+        assert got is not None and np.array_equal(ex.reduce(got.copy()), ex.reduce(want))
     assert pre.take(0, b"another use", jobs[0].add, jobs[0].subtract) is None
     pre.discard()
+    if where == "worker":  # every key once: the shared ones for both clients of their pair
+        assert pre.finished and pre.expanded == len(keys) + sum(len(v) for v in lone.values())
