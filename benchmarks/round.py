@@ -34,9 +34,10 @@ pairwise masks alone.
 
 Resumed and optimistic uses do not wait for the training to end: the engine announces each round's training sum
 before its clients train (:meth:`~securefgl.protocols.base.Protocol.prepare`), and a resumed use expands every
-client's pairwise masks then (each pair's stream once, for both of its clients), on a background thread, on the
-core that training (one thread here) leaves idle (:mod:`securefgl.protocols._secaggplus_precompute`). What of the masks is not done when the clients upload (and
-the self masks) counts in ``crypto``; the training shares its core's neighbour, so ``train`` grows a little. Their
+client's pairwise masks then (each pair's stream once, for both of its clients), in a worker process, on the
+core that training (one thread here) leaves idle (:mod:`securefgl.protocols._secaggplus_precompute`,
+:mod:`securefgl.protocols._mask_worker`). What of the masks is not done when the clients upload (and the self masks)
+counts in ``crypto``; the training shares its core's neighbour, so ``train`` can grow a little. Their
 rounds can therefore go below ``(plain + floor) / plain``, which stays the bound of masking that starts after
 training.
 

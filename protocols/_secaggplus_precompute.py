@@ -1,4 +1,4 @@
-"""Hazmat: the pairwise masks of the next resumed use expanded ahead, on a background thread, in simulation.
+"""Hazmat: the pairwise masks of the next resumed use expanded ahead, in a worker process or a thread, in simulation.
 
 .. warning::
     Low-level building block of :class:`~securefgl.protocols.SecAggPlus`; not a general-purpose API.
@@ -22,6 +22,12 @@ other: half the keystream of expanding every client's masks apart (what a deploy
 used for two different masks: a client that takes its sum does not expand its keys again, and one that does not
 take it expands keys of another use id, whose precomputed sum is wiped unused. Every precomputed sum is wiped
 (zeroed) once taken or discarded.
+
+:func:`start_precompute` hands the expansion to the mask worker process (:class:`WorkerMaskPrecompute`,
+:mod:`._mask_worker`) once it has started, and to a thread of this process (:class:`MaskPrecompute`) until then
+or where none runs. The process is the default because a thread takes the interpreter's lock between every two
+keystreams and numpy calls, thousands of times a round at 100 clients, which stalls the clients' training and
+uploads on the main thread (see :mod:`._mask_worker` for the measurement); both give the same words.
 """
 
 from __future__ import annotations

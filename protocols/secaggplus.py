@@ -377,8 +377,8 @@ class SecAggPlus(Protocol):
         context: bytes | Mapping[int, bytes] = b"",
     ) -> bool:
         """Announce the next sum (see :meth:`Protocol.prepare`): when it will be a resumed or optimistic use of
-        a kept session, start expanding every client's pairwise masks for it on a background thread
-        (:mod:`._secaggplus_precompute`); each client takes its sum if the request it receives is the one
+        a kept session, start expanding every client's pairwise masks for it in the mask worker process, or on a
+        thread where none runs (:mod:`._secaggplus_precompute`); each client takes its sum if the request it receives is the one
         announced, else expands its masks as usual. Returns whether expansion started."""
         self._discard_precomputed()
         if self.config.session_uses > 1:
