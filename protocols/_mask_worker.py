@@ -20,7 +20,10 @@ process of its own:
   reports each finished row (``D``) and the end of the task (``E``, with the number of streams expanded) on its
   standard output;
 - the map is a file the parent creates with mode 0600 in ``/dev/shm`` (or the temporary directory) and unlinks
-  as soon as the worker has mapped it; the keys travel only through the pipe between the two processes;
+  as soon as the worker has mapped it; the keys travel only through the pipe between the two processes. The map
+  is kept for the next announcement (as large as the largest so far, at most
+  :data:`~._secaggplus_precompute.MAX_PRECOMPUTED_BYTES`: 37 MB for 100 clients of FedAvg's GCN on Cora) until the
+  process exits;
 - :meth:`MaskWorker.cancel` stops a task between two keys and waits for its end, so nothing writes a row
   afterwards; a worker that exits or breaks its framing is closed, and its unfinished rows are reported as not
   done (the clients expand their own masks, as without an announcement).
