@@ -20,10 +20,10 @@ process of its own:
   reports each finished row (``D``) and the end of the task (``E``, with the number of streams expanded) on its
   standard output;
 - the map is a file the parent creates with mode 0600 in ``/dev/shm`` (or the temporary directory) and unlinks
-  as soon as the worker has mapped it; the keys travel only through the pipe between the two processes. The map
-  is kept for the next announcement (as large as the largest so far, at most
-  :data:`~._secaggplus_precompute.MAX_PRECOMPUTED_BYTES`: 37 MB for 100 clients of FedAvg's GCN on Cora) until the
-  process exits;
+  as soon as the worker has mapped it; the keys travel only through the pipe between the two processes. A map
+  serves one announcement at a time (two protocol objects in one process never share rows) and is then kept for
+  the next one (37 MB for 100 clients of FedAvg's GCN on Cora, at most
+  :data:`~._secaggplus_precompute.MAX_PRECOMPUTED_BYTES`) until the process exits;
 - :meth:`MaskWorker.cancel` stops a task between two keys and waits for its end, so nothing writes a row
   afterwards; a worker that exits or breaks its framing is closed, and its unfinished rows are reported as not
   done (the clients expand their own masks, as without an announcement).
@@ -109,7 +109,9 @@ def serve(stdin: int, stdout: int, encryptor: Callable[[bytes, str, int], Any]) 
     frame = _read_frame(stdin)
     while frame is not None:
         following = None
-        if frame[:1] == b"T":  # anything else is a cancel for a task that already ended
+        if frame[:1] == b"F":
+            maps.pop(frame[1:].decode(), None)  # unmapped once nothing refers to it
+        elif frame[:1] == b"T":  # anything else is a cancel for a task that already ended
             task_id = _ID.unpack_from(frame, 1)[0]
             try:
                 status, expanded, following = _expand(frame, maps, stdin, stdout, encryptor)
@@ -144,7 +146,6 @@ def _expand(
     word = np.dtype(f"u{word_bytes}")
     mm = maps.get(path)
     if mm is None:
-        maps.clear()  # an older map is unmapped once nothing refers to it
         with open(path, "r+b") as fh:
             mm = maps[path] = mmap.mmap(fh.fileno(), 0)
     view = _rows_view(mm, rows, length, word)
@@ -174,7 +175,9 @@ def _expand(
                 if nxt[:1] == b"C" and _ID.unpack_from(nxt, 1)[0] == task_id:
                     view.fill(0)
                     return _CANCELLED, expanded, None
-                if nxt[:1] == b"T":
+                if nxt[:1] == b"F":
+                    maps.pop(nxt[1:].decode(), None)  # never this task's: the parent forgets only idle maps
+                elif nxt[:1] == b"T":
                     following = nxt
             if length:
                 encryptor(k, algorithm, 0).update_into(zeros, out)
@@ -190,13 +193,23 @@ def _expand(
 # -- the simulating process's side ----------------------------------------------------------------------
 
 
+@dataclass(eq=False)
+class _Map:
+    """A shared file-backed map the worker writes rows into; ``busy`` while a task's rows in it are in use."""
+
+    mm: mmap.mmap
+    path: str
+    unlinked: bool = False
+    busy: bool = True
+
+
 @dataclass
 class WorkerTask:
     """One announcement's expansion in the worker: its rows, which are done, and how it ended."""
 
     task_id: int
     rows: np.ndarray
-    path: str
+    map: _Map
     done: set[int] = field(default_factory=set)
     ended: bool = False
     status: int | None = None
@@ -229,9 +242,7 @@ class MaskWorker:
         self.alive = True
         self._next_id = 0
         self._tasks: dict[int, WorkerTask] = {}
-        self._map: mmap.mmap | None = None
-        self._map_path = ""
-        self._map_unlinked = True
+        self._maps: list[_Map] = []
 
     @property
     def ready(self) -> bool:
@@ -252,13 +263,18 @@ class MaskWorker:
             self._proc.stdin.close()  # type: ignore[union-attr]
         self._proc.kill()
         self._proc.wait()
-        self._drop_map()
+        self._drop_maps()
 
-    def _drop_map(self) -> None:
-        if not self._map_unlinked:
-            Path(self._map_path).unlink(missing_ok=True)
-            self._map_unlinked = True
-        self._map = None  # numpy views of it keep it mapped until they are gone
+    def _drop_maps(self) -> None:
+        for m in self._maps:
+            self._unlink(m)
+        self._maps.clear()  # numpy views of a map keep it mapped until they are gone
+
+    @staticmethod
+    def _unlink(m: _Map) -> None:
+        if not m.unlinked:
+            Path(m.path).unlink(missing_ok=True)
+            m.unlinked = True
 
     def _pump(self) -> None:
         """Read one message from the worker (blocking) and record it; any failure closes the worker."""
@@ -273,39 +289,40 @@ class MaskWorker:
         if kind == b"D" and len(frame) == 1 + _DONE.size:
             task_id, row = _DONE.unpack_from(frame, 1)
             if (task := self._tasks.get(task_id)) is not None:
-                self._unlink_once(task)
+                self._unlink(task.map)  # the worker reports a row only once it has mapped the file
                 task.done.add(row)
             return
         if kind == b"E" and len(frame) == 1 + _END.size:
             task_id, status, expanded = _END.unpack_from(frame, 1)
             if (task := self._tasks.pop(task_id, None)) is not None:
-                if status != _FAILED:
-                    self._unlink_once(task)
+                if status != _FAILED:  # a task that did not fail had mapped its file
+                    self._unlink(task.map)
                 task.ended, task.status, task.expanded = True, status, expanded
             return
         self._close(f"an unexpected message {frame[:16]!r}")
 
-    def _unlink_once(self, task: WorkerTask) -> None:
-        """The worker has mapped ``task``'s file (it reports a row, or a task that did not fail, only after
-        mapping it): unlink the name if it is the current map's."""
-        if not self._map_unlinked and task.path == self._map_path:
-            Path(self._map_path).unlink(missing_ok=True)
-            self._map_unlinked = True
-
-    def _rows(self, rows: int, length: int, word: np.dtype[Any]) -> np.ndarray:
-        """A map of at least ``rows x length`` words, reused while it is large enough."""
-        size = max(1, rows * length * word.itemsize)
-        if self._map is None or len(self._map) < size:
-            self._drop_map()
-            base = _SHM_DIR if os.path.isdir(_SHM_DIR) else None
-            fd, path = tempfile.mkstemp(prefix="securefgl-masks-", dir=base)  # mode 0600
-            try:
-                os.ftruncate(fd, size)
-                self._map = mmap.mmap(fd, size)
-            finally:
-                os.close(fd)
-            self._map_path, self._map_unlinked = path, False
-        return _rows_view(self._map, rows, length, word)
+    def _acquire(self, size: int) -> _Map:
+        """An idle map of at least ``size`` bytes, else a new one (idle maps too small for it are forgotten, by
+        the worker too). A map serves one task at a time, so two announcements in flight (two protocol objects in
+        one process) never share rows."""
+        for m in self._maps:
+            if not m.busy and len(m.mm) >= size:
+                m.busy = True
+                return m
+        for m in [m for m in self._maps if not m.busy]:
+            self._maps.remove(m)
+            self._unlink(m)
+            with contextlib.suppress(OSError):
+                _write_frame(self._in, b"F" + m.path.encode())
+        base = _SHM_DIR if os.path.isdir(_SHM_DIR) else None
+        fd, path = tempfile.mkstemp(prefix="securefgl-masks-", dir=base)  # mode 0600
+        try:
+            os.ftruncate(fd, size)
+            m = _Map(mmap.mmap(fd, size), path)
+        finally:
+            os.close(fd)
+        self._maps.append(m)
+        return m
 
     def start(
         self,
@@ -320,10 +337,10 @@ class MaskWorker:
             if not self.alive:
                 return None
             word = np.dtype(word)
-            rows = self._rows(len(jobs), int(length), word)
+            m = self._acquire(max(1, len(jobs) * int(length) * word.itemsize))
             self._next_id += 1
-            task = WorkerTask(self._next_id, rows, self._map_path)
-            path = self._map_path.encode()
+            task = WorkerTask(self._next_id, _rows_view(m.mm, len(jobs), int(length), word), m)
+            path = m.path.encode()
             parts = [
                 b"T",
                 _TASK.pack(task.task_id, word.itemsize, ALGORITHMS.index(prg), int(length), len(jobs)),
@@ -360,6 +377,11 @@ class MaskWorker:
             while not task.ended and self.alive:
                 self._pump()
 
+    def release(self, task: WorkerTask) -> None:
+        """``task``'s rows are no longer in use (call after :meth:`cancel`): its map can serve the next task."""
+        with self._lock:
+            task.map.busy = False
+
     def stop(self) -> None:
         """End the worker (it exits when its standard input closes)."""
         with self._lock:
@@ -372,7 +394,7 @@ class MaskWorker:
                 except subprocess.TimeoutExpired:
                     self._proc.kill()
                     self._proc.wait()
-            self._drop_map()
+            self._drop_maps()
 
 
 _WORKER: MaskWorker | None = None

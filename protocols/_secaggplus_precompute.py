@@ -66,6 +66,12 @@ BACKEND = "auto"
 logger = logging.getLogger(__name__)
 
 
+def _capped(jobs: Mapping[int, MaskJob], length: int, ring_bits: int) -> dict[int, MaskJob]:
+    """The first jobs whose sums fit in :data:`MAX_PRECOMPUTED_BYTES`."""
+    size = max(1, length * ring_dtype(ring_bits).itemsize)
+    return dict(list(jobs.items())[: MAX_PRECOMPUTED_BYTES // size])
+
+
 @dataclass(frozen=True)
 class MaskJob:
     """One client's mask sum of one use: the keys it adds and subtracts, bound to the use id."""
@@ -95,8 +101,7 @@ class MaskPrecompute:
 
     def __init__(self, jobs: Mapping[int, MaskJob], length: int, ring_bits: int, prg: str) -> None:
         self.length, self.ring_bits, self.prg = int(length), int(ring_bits), prg
-        size = max(1, self.length * ring_dtype(self.ring_bits).itemsize)
-        self.jobs = dict(list(jobs.items())[: MAX_PRECOMPUTED_BYTES // size])
+        self.jobs = _capped(jobs, self.length, self.ring_bits)
         #: key -> the clients whose job holds it, each with whether it adds (else subtracts) the key's stream
         self._users: dict[bytes, list[tuple[int, bool]]] = {}
         self._left: dict[int, int] = {}
@@ -228,7 +233,7 @@ class WorkerMaskPrecompute:
         self, jobs: Mapping[int, MaskJob], length: int, ring_bits: int, prg: str, worker: MaskWorker
     ) -> None:
         word = ring_dtype(int(ring_bits))
-        self.jobs = dict(list(jobs.items())[: MAX_PRECOMPUTED_BYTES // max(1, int(length) * word.itemsize)])
+        self.jobs = _capped(jobs, int(length), int(ring_bits))
         self._row = {c: r for r, c in enumerate(self.jobs)}
         self._taken: set[int] = set()
         self._worker = worker
@@ -260,6 +265,7 @@ class WorkerMaskPrecompute:
         for r in range(len(self.jobs)):
             if r not in self._taken:
                 self.task.rows[r].fill(0)
+        self._worker.release(self.task)
         self.task = None
 
 

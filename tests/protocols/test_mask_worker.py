@@ -68,6 +68,28 @@ def test_rows_are_each_clients_own_mask_sum(worker, prg, bits):
     assert pre.finished and pre.expanded == 9 * 4 // 2  # one stream per pair
 
 
+def test_announcements_in_flight_together_keep_their_own_rows(worker):
+    """Two protocol objects in one process announce before either's clients take: each gets its own sums (a map
+    serves one task at a time), and a released map serves the next task."""
+    length = 4000
+    ex = expander_for(length, 32)
+    first = WorkerMaskPrecompute(_ring_jobs(6, 2), length, 32, "aes256-ctr", worker)
+    second = WorkerMaskPrecompute(_ring_jobs(6, 4), length, 32, "aes256-ctr", worker)
+    assert first.task is not None and second.task is not None and first.task.map is not second.task.map
+    for pre in (second, first):
+        for c, job in pre.jobs.items():
+            want = ex.zeros()
+            ex.combine(want, job.add, job.subtract)
+            got = pre.take(c, job.use_id, job.add, job.subtract)
+            assert got is not None and np.array_equal(ex.reduce(got.copy()), ex.reduce(want))
+    used = first.task.map
+    first.discard()
+    second.discard()
+    third = WorkerMaskPrecompute(_ring_jobs(6, 2), length, 32, "aes256-ctr", worker)
+    assert third.task is not None and third.task.map is used  # reused, not a new file
+    third.discard()
+
+
 def test_cancelled_task_stops_and_leaves_nothing(worker):
     jobs = _ring_jobs(60, 16)
     pre = WorkerMaskPrecompute(jobs, 200_000, 32, "aes256-ctr", worker)
@@ -86,7 +108,8 @@ def test_cancelled_task_stops_and_leaves_nothing(worker):
 def test_the_map_is_private_and_unlinked_once_the_worker_has_it(worker):
     jobs = _ring_jobs(4, 2)
     pre = WorkerMaskPrecompute(jobs, 1000, 32, "aes256-ctr", worker)
-    path = Path(worker._map_path)
+    assert pre.task is not None
+    path = Path(pre.task.map.path)
     assert (path.stat().st_mode & 0o777) == 0o600
     job = jobs[0]
     assert pre.take(0, job.use_id, job.add, job.subtract) is not None
