@@ -45,6 +45,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -105,32 +106,33 @@ def _rows_view(mm: mmap.mmap, rows: int, length: int, word: np.dtype[Any]) -> np
 def serve(stdin: int, stdout: int, encryptor: Callable[[bytes, str, int], Any]) -> None:
     """The worker's loop: read tasks from ``stdin`` until it closes, expand them, report on ``stdout``."""
     maps: dict[str, mmap.mmap] = {}
+    pending: deque[bytes] = deque()  # tasks that arrived while another was expanding
     _write_frame(stdout, b"R")
     frame = _read_frame(stdin)
     while frame is not None:
-        following = None
         if frame[:1] == b"F":
             maps.pop(frame[1:].decode(), None)  # unmapped once nothing refers to it
         elif frame[:1] == b"T":  # anything else is a cancel for a task that already ended
             task_id = _ID.unpack_from(frame, 1)[0]
             try:
-                status, expanded, following = _expand(frame, maps, stdin, stdout, encryptor)
+                status, expanded = _expand(frame, maps, pending, stdin, stdout, encryptor)
             except Exception as exc:  # noqa: BLE001 - reported to the parent, whose clients expand their own
                 print(f"securefgl mask worker: task {task_id} failed: {exc!r}", file=sys.stderr)
                 status, expanded = _FAILED, 0
             _write_frame(stdout, b"E" + _END.pack(task_id, status, expanded))
-        frame = following if following is not None else _read_frame(stdin)
+        frame = pending.popleft() if pending else _read_frame(stdin)
 
 
 def _expand(
     frame: bytes,
     maps: dict[str, mmap.mmap],
+    pending: deque[bytes],
     stdin: int,
     stdout: int,
     encryptor: Callable[[bytes, str, int], Any],
-) -> tuple[int, int, bytes | None]:
-    """Expand one task into its rows: ``(status, streams expanded, a frame read meanwhile that is not this
-    task's cancel)``."""
+) -> tuple[int, int]:
+    """Expand one task into its rows: ``(status, streams expanded)``; tasks that arrive meanwhile go to
+    ``pending``."""
     task_id, word_bytes, algo, length, rows = _TASK.unpack_from(frame, 1)
     pos = 1 + _TASK.size
     (plen,) = struct.unpack_from(">H", frame, pos)
@@ -162,7 +164,6 @@ def _expand(
     zeros = bytes(scratch.nbytes)
     algorithm = ALGORITHMS[algo]
     expanded = 0
-    following: bytes | None = None
     for job in jobs:
         for k, _ in job:
             stream_users = users.pop(k, None)
@@ -174,11 +175,11 @@ def _expand(
                     sys.exit(0)  # the parent is gone
                 if nxt[:1] == b"C" and _ID.unpack_from(nxt, 1)[0] == task_id:
                     view.fill(0)
-                    return _CANCELLED, expanded, None
+                    return _CANCELLED, expanded
                 if nxt[:1] == b"F":
                     maps.pop(nxt[1:].decode(), None)  # never this task's: the parent forgets only idle maps
                 elif nxt[:1] == b"T":
-                    following = nxt
+                    pending.append(nxt)
             if length:
                 encryptor(k, algorithm, 0).update_into(zeros, out)
             expanded += 1
@@ -187,7 +188,7 @@ def _expand(
                 left[r] -= 1
                 if left[r] == 0:
                     _write_frame(stdout, b"D" + _DONE.pack(task_id, r))
-    return _OK, expanded, following
+    return _OK, expanded
 
 
 # -- the simulating process's side ----------------------------------------------------------------------

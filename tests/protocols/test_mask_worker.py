@@ -69,25 +69,38 @@ def test_rows_are_each_clients_own_mask_sum(worker, prg, bits):
 
 
 def test_announcements_in_flight_together_keep_their_own_rows(worker):
-    """Two protocol objects in one process announce before either's clients take: each gets its own sums (a map
-    serves one task at a time), and a released map serves the next task."""
+    """Protocol objects in one process announce before any of their clients take, the later ones while the first is
+    expanding: each gets its own sums (a map serves one task at a time, tasks queue in the worker), and a released
+    map serves the next task."""
     length = 4000
     ex = expander_for(length, 32)
-    first = WorkerMaskPrecompute(_ring_jobs(6, 2), length, 32, "aes256-ctr", worker)
-    second = WorkerMaskPrecompute(_ring_jobs(6, 4), length, 32, "aes256-ctr", worker)
-    assert first.task is not None and second.task is not None and first.task.map is not second.task.map
-    for pre in (second, first):
+    first = WorkerMaskPrecompute(_ring_jobs(60, 16), 60_000, 32, "aes256-ctr", worker)  # busy a while
+    second = WorkerMaskPrecompute(_ring_jobs(6, 2), length, 32, "aes256-ctr", worker)
+    third = WorkerMaskPrecompute(_ring_jobs(6, 4), length, 32, "aes256-ctr", worker)
+    assert first.task is not None and second.task is not None and third.task is not None
+    assert len({id(p.task.map) for p in (first, second, third)}) == 3
+    first_ex = expander_for(60_000, 32)
+    for c, job in first.jobs.items():
+        want = first_ex.zeros()
+        first_ex.combine(want, job.add, job.subtract)
+        got = first.take(c, job.use_id, job.add, job.subtract)
+        assert got is not None and np.array_equal(first_ex.reduce(got.copy()), first_ex.reduce(want))
+    for pre in (third, second):
         for c, job in pre.jobs.items():
             want = ex.zeros()
             ex.combine(want, job.add, job.subtract)
             got = pre.take(c, job.use_id, job.add, job.subtract)
             assert got is not None and np.array_equal(ex.reduce(got.copy()), ex.reduce(want))
-    used = first.task.map
-    first.discard()
-    second.discard()
-    third = WorkerMaskPrecompute(_ring_jobs(6, 2), length, 32, "aes256-ctr", worker)
-    assert third.task is not None and third.task.map is used  # reused, not a new file
-    third.discard()
+    maps = [p.task.map for p in (first, second, third) if p.task is not None]
+    for pre in (first, second, third):
+        pre.discard()
+        assert pre.finished
+    again = WorkerMaskPrecompute(_ring_jobs(6, 2), length, 32, "aes256-ctr", worker)
+    assert again.task is not None and any(
+        again.task.map is m for m in maps
+    )  # an idle map reused, no new file
+    assert len(worker._maps) == 3
+    again.discard()
 
 
 def test_cancelled_task_stops_and_leaves_nothing(worker):
