@@ -84,7 +84,6 @@ MAX_BLOCKS_PER_KEY = 2**32
 
 PrgAlgorithm = Literal["aes256-ctr", "aes128-ctr", "chacha20"]
 PRG_ALGORITHMS: tuple[str, ...] = get_args(PrgAlgorithm)
-_BLOCK_BYTES = BLOCK_BYTES
 
 #: A source of cryptographic random bytes: ``source(n) -> n bytes``. Production code uses
 #: :func:`system_random` (the OS CSPRNG).
@@ -97,7 +96,7 @@ def system_random(n: int) -> bytes:
 
 
 def _check_algorithm(algorithm: str) -> None:
-    if algorithm not in _BLOCK_BYTES:
+    if algorithm not in BLOCK_BYTES:
         raise ConfigError(f"unknown PRG algorithm {algorithm!r}; valid: {list(PRG_ALGORITHMS)}")
 
 
@@ -271,7 +270,7 @@ def keystream_into(
     if not out.flags.c_contiguous:
         raise ConfigError("keystream output buffer must be C-contiguous")
     nbytes = out.nbytes
-    block = _BLOCK_BYTES[algorithm]
+    block = BLOCK_BYTES[algorithm]
     blocks = -(-nbytes // block)
     if start_block < 0 or start_block + blocks > MAX_BLOCKS_PER_KEY:
         raise ConfigError(
@@ -314,7 +313,7 @@ class MaskExpander:
         word_bits = 8 * self.dtype.itemsize
         self._mask = self.dtype.type((1 << self.ring_bits) - 1) if self.ring_bits < word_bits else None
         nbytes = self.length * self.dtype.itemsize
-        blocks = -(-nbytes // _BLOCK_BYTES[algorithm])
+        blocks = -(-nbytes // BLOCK_BYTES[algorithm])
         if blocks > MAX_BLOCKS_PER_KEY:
             raise ConfigError(
                 f"keystream of {nbytes} bytes exceeds {MAX_BLOCKS_PER_KEY} {algorithm} blocks per "
@@ -380,7 +379,7 @@ class MaskExpander:
             )
         if not self.length or not keys:
             return
-        unit = _BLOCK_BYTES[self.algorithm] // self.dtype.itemsize  # pieces start on cipher blocks
+        unit = BLOCK_BYTES[self.algorithm] // self.dtype.itemsize  # pieces start on cipher blocks
         split = piece_bounds(self.length, self.dtype.itemsize, workers, unit)
         adds = len(add)
 
@@ -394,7 +393,7 @@ class MaskExpander:
         size = self.dtype.itemsize
         scratch, part = self._scratch[lo:hi], acc[lo:hi]
         zeros, out = self._zeros_view[lo * size : hi * size], scratch.view(np.uint8).data
-        start = lo * size // _BLOCK_BYTES[self.algorithm]
+        start = lo * size // BLOCK_BYTES[self.algorithm]
         for i, key in enumerate(keys):
             _encryptor(key, self.algorithm, start).update_into(zeros, out)
             (np.add if i < adds else np.subtract)(part, scratch, out=part)

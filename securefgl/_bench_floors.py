@@ -13,17 +13,6 @@ import numpy as np
 __all__ = ["plaintext_sum_seconds", "prg_floor_samples", "prg_floor_seconds"]
 
 
-def _encryptor(key: bytes, algorithm: str, start_block: int = 0):  # noqa: ANN202 - cryptography context
-    import struct
-
-    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
-
-    if algorithm == "chacha20":
-        return Cipher(algorithms.ChaCha20(key, struct.pack("<I", start_block) + bytes(12)), None).encryptor()
-    aes_key = key[:16] if algorithm == "aes128-ctr" else key
-    return Cipher(algorithms.AES(aes_key), modes.CTR(start_block.to_bytes(16, "big"))).encryptor()
-
-
 def prg_floor_samples(
     num_streams: int,
     length: int,
@@ -43,13 +32,15 @@ def prg_floor_samples(
     expanded and added in its own thread of a pool started before the timing (the cipher and numpy release
     the GIL): the floor of a protocol that uses that many threads.
     """
+    from securefgl.protocols._keystream import BLOCK_BYTES, encryptor  # the protocols' own cipher setup
+
     dtype = np.dtype(np.uint32) if ring_bits <= 32 else np.dtype(np.uint64)
     zeros = np.zeros(length * dtype.itemsize, dtype=np.uint8)
     buf = np.empty(length, dtype=dtype)
     acc = np.zeros(length, dtype=dtype)
     mask = dtype.type((1 << ring_bits) - 1) if ring_bits < 8 * dtype.itemsize else None
     keys = [os.urandom(32) for _ in range(max(int(num_streams), 0))]
-    block = 64 if algorithm == "chacha20" else 16
+    block = BLOCK_BYTES[algorithm]
     unit = block // dtype.itemsize
     count = max(1, min(int(threads), length // unit))
     step = -(-length // count // unit) * unit
@@ -59,7 +50,7 @@ def prg_floor_samples(
         out, part = buf[lo:hi].view(np.uint8), acc[lo:hi]
         src, start = zeros[lo * dtype.itemsize : hi * dtype.itemsize], lo * dtype.itemsize // block
         for key in keys:
-            _encryptor(key, algorithm, start).update_into(src, out)
+            encryptor(key, algorithm, start).update_into(src, out)
             np.add(part, buf[lo:hi], out=part)
 
     pool = ThreadPoolExecutor(count - 1) if count > 1 else None
