@@ -157,6 +157,8 @@ class SecAggPlusServer(ResumedUses):
         self.x = {c: i + 1 for i, c in enumerate(self.invited)}
         self.state = SecAggPlusServerState()
         self._awaiting: str | None = None
+        #: the split of each set of peers (and owner) masked with, once U3 and the dead are final (:meth:`_split`)
+        self._splits: dict[frozenset[int], tuple[tuple[int, ...], tuple[int, ...]]] = {}
 
     # -- helpers -------------------------------------------------------------------------------------
 
@@ -474,10 +476,13 @@ class SecAggPlusServer(ResumedUses):
         got = self.state.requested.get(u)
         if got is None:
             masked_with = self.state.masked_with[u] | {u}
-            if dead:
-                got = (tuple(sorted(masked_with & u3)), tuple(sorted(masked_with & dead)))
-            else:  # nobody dropped: everyone u masked with (a subset of U2) survived
-                got = (tuple(sorted(masked_with)), ())
+            got = self._splits.get(masked_with)  # SecAgg's complete graph: one split for every survivor
+            if got is None:
+                if dead:
+                    got = (tuple(sorted(masked_with & u3)), tuple(sorted(masked_with & dead)))
+                else:  # nobody dropped: everyone u masked with (a subset of U2) survived
+                    got = (tuple(sorted(masked_with)), ())
+                self._splits[masked_with] = got
             self.state.requested[u] = got
         return got
 

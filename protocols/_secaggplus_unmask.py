@@ -322,6 +322,8 @@ class Reconstruction:
 #: Elements of a packed upload unpacked at a time while summing (256-512 KiB: the buffer stays in L2; a
 #: 100,000-element upload split over two threads is one chunk per piece, a million-element one eight).
 UNPACK_CHUNK = 65536
+#: Vectors each of two threads must have before a sum that is not split by elements is split by vectors.
+ITEM_SPLIT_MIN = 4
 
 
 class RunningSum:
@@ -362,38 +364,66 @@ class RunningSum:
         limit = (1 << self.ring_bits) if self.ring_bits < 8 * self.dtype.itemsize else None
         bad: set[int] = set()
 
+        def add_range(acc: np.ndarray, lo: int, hi: int, first: int, end: int) -> set[int]:
+            """Items ``first`` to ``end - 1``, elements ``lo`` to ``hi - 1``, checked and added into ``acc``; the
+            items with an element out of the ring (their chunks already added taken back) are returned."""
+            out_of_range: set[int] = set()
+            scratch = recycled(UNPACK_CHUNK, self.dtype)  # this thread's: the chunks of packed uploads
+            for j in range(first, end):
+                vec = items[j][1]
+                a = lo
+                while a < hi:
+                    if isinstance(vec, PackedRing):
+                        b = min(a + UNPACK_CHUNK, hi)
+                        v = vec.unpack_into(a, b, scratch)
+                    else:
+                        b = hi
+                        v = vec[a:b]
+                    if limit is not None and v.size and int(v.max()) >= limit:
+                        out_of_range.add(j)
+                        _take_back(acc, vec, lo, a)  # the chunks of this piece already added
+                        break
+                    part = acc[a:b]
+                    np.add(part, v, out=part, dtype=self.dtype, casting="unsafe")
+                    a = b
+            return out_of_range
+
         def run(bounds: list[tuple[int, int]], first: int, end: int) -> None:
-            """Items ``first`` to ``end - 1``, each piece of ``bounds`` on the thread that claims it."""
+            """Items ``first`` to ``end - 1``: each piece of ``bounds`` on the thread that claims it, or, when the
+            vector is not split (one range) and there are worker threads, the items halved between two threads,
+            the second adding its half into an accumulator of its own (one hand-off instead of one per vector)."""
+            if len(bounds) == 1 and workers > 1 and end - first >= 2 * ITEM_SPLIT_MIN:
+                lo, hi = bounds[0]
+                mid = (first + end) // 2
+                found: list[set[int]] = [set(), set()]
+                side: list[np.ndarray] = []
+
+                def half(i: int) -> None:
+                    if i == 0:
+                        found[0] = add_range(self.total, lo, hi, first, mid)
+                    else:
+                        acc = recycled(self.length, self.dtype)
+                        acc.fill(0)
+                        side.append(acc)
+                        found[1] = add_range(acc, lo, hi, mid, end)
+
+                run_claimed(2, half)
+                np.add(self.total, side[0], out=self.total)
+                bad.update(found[0] | found[1])
+                return
             out_of_range: list[set[int]] = [set() for _ in bounds]
 
             def piece(i: int) -> None:
                 lo, hi = bounds[i]
-                scratch = recycled(UNPACK_CHUNK, self.dtype)  # this thread's: the chunks of packed uploads
-                for j in range(first, end):
-                    vec = items[j][1]
-                    a = lo
-                    while a < hi:
-                        if isinstance(vec, PackedRing):
-                            b = min(a + UNPACK_CHUNK, hi)
-                            v = vec.unpack_into(a, b, scratch)
-                        else:
-                            b = hi
-                            v = vec[a:b]
-                        if limit is not None and v.size and int(v.max()) >= limit:
-                            out_of_range[i].add(j)
-                            self._take_back(vec, lo, a)  # the chunks of this piece already added
-                            break
-                        part = self.total[a:b]
-                        np.add(part, v, out=part, dtype=self.dtype, casting="unsafe")
-                        a = b
+                out_of_range[i] = add_range(self.total, lo, hi, first, end)
 
             run_claimed(len(bounds), piece)
-            found = set().union(*out_of_range)
-            for j in found:  # take back the pieces of a bad vector that passed
+            found_any = set().union(*out_of_range)
+            for j in found_any:  # take back the pieces of a bad vector that passed
                 for (lo, hi), skipped in zip(bounds, out_of_range, strict=True):
                     if j not in skipped:
-                        self._take_back(items[j][1], lo, hi)
-            bad.update(found)
+                        _take_back(self.total, items[j][1], lo, hi)
+            bad.update(found_any)
 
         split = piece_bounds(self.length, self.dtype.itemsize, workers)
         planner().plan("sum", split, self.dtype.itemsize, len(items)).execute(run)
@@ -402,28 +432,29 @@ class RunningSum:
                 self.vectors[c] = vec
         return sorted(items[j][0] for j in bad)
 
-    def _take_back(self, vec: np.ndarray | PackedRing, lo: int, hi: int) -> None:
-        """Subtract elements ``lo`` to ``hi - 1`` of an added vector (unpacked in chunks if packed)."""
-        if not isinstance(vec, PackedRing):
-            part = self.total[lo:hi]
-            np.subtract(part, vec[lo:hi], out=part, dtype=self.dtype, casting="unsafe")
-            return
-        scratch = recycled(UNPACK_CHUNK, self.dtype)
-        for a, b in _chunks(lo, hi):
-            part = self.total[a:b]
-            np.subtract(part, vec.unpack_into(a, b, scratch), out=part, dtype=self.dtype, casting="unsafe")
-
     def total_of(self, survivors: Sequence[int]) -> np.ndarray:
         """The sum of exactly the ``survivors``' vectors (each of which was added)."""
         keep = set(survivors)
         for c, vec in self.vectors.items():
             if c not in keep:
-                self._take_back(vec, 0, self.length)
+                _take_back(self.total, vec, 0, self.length)
         missing = keep - set(self.vectors)
         if missing:  # pragma: no cover - survivors are accepted, hence well-formed, hence added
             raise ProtocolError(f"survivors {sorted(missing)} have no summed input")
         self.vectors.clear()
         return self.total
+
+
+def _take_back(acc: np.ndarray, vec: np.ndarray | PackedRing, lo: int, hi: int) -> None:
+    """Subtract elements ``lo`` to ``hi - 1`` of an added vector from ``acc`` (unpacked in chunks if packed)."""
+    if not isinstance(vec, PackedRing):
+        part = acc[lo:hi]
+        np.subtract(part, vec[lo:hi], out=part, dtype=acc.dtype, casting="unsafe")
+        return
+    scratch = recycled(UNPACK_CHUNK, acc.dtype)
+    for a, b in _chunks(lo, hi):
+        part = acc[a:b]
+        np.subtract(part, vec.unpack_into(a, b, scratch), out=part, dtype=acc.dtype, casting="unsafe")
 
 
 def _chunks(lo: int, hi: int) -> list[tuple[int, int]]:

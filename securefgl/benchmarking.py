@@ -255,8 +255,13 @@ def run_protocol_case(
     prg: str = "aes256-ctr",
     options: Mapping[str, Any] | None = None,
     baselines: bool = True,
+    warmup: int = 1,
 ) -> dict[str, Any]:
-    """Run one aggregation ``repeats`` times, each followed at once by its PRG floors; one row.
+    """Run one aggregation ``warmup`` times untimed, then ``repeats`` times, each followed at once by its PRG
+    floors; one row.
+
+    The warm-up run (no dropouts) is what the floors get too: the first run in a process pays for the buffers,
+    expanders and thread pools that every later round reuses.
 
     Timings are medians over the repeats (``*_range``: min and max); the ratios to the floors are the
     medians of the per-repeat ratios (each pairs a run with the floor timed right after it, so a noisy
@@ -267,10 +272,14 @@ def run_protocol_case(
 
     if repeats < 1:
         raise ConfigError(f"repeats must be >= 1, got {repeats}")
+    if warmup < 0:
+        raise ConfigError(f"warmup must be >= 0, got {warmup}")
     schema, contributions = _make_case(n, d, seed)
     clients = list(contributions)
     opts = dict(options or {})
     runs: list[dict[str, Any]] = []
+    for _ in range(warmup):  # untimed, as the floors' first expansion is: buffers, expanders, first calls
+        _build(protocol, opts).aggregate(schema, contributions, round_index=repeats)
     for rep in range(repeats):
         proto = _build(protocol, opts)
         plan = _dropout_plan(proto, clients, dropout, np.random.default_rng(seed + 1 + rep))

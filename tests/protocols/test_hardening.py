@@ -455,6 +455,47 @@ def test_running_sum_of_packed_uploads_unpacks_checks_and_takes_back_in_chunks(
         assert np.array_equal(total & mask, sum(vecs[c] for c in good if c != 0) & mask)
 
 
+@pytest.mark.parametrize("packed", [False, True])
+@pytest.mark.parametrize("bad", [(), (1,), (7,), (0, 9)])
+def test_running_sum_split_by_vectors_excludes_bad_vectors_of_either_half(
+    packed: bool, bad: tuple[int, ...], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A vector too short to split by elements is summed with its uploads halved between two threads (the second
+    into an accumulator of its own): the total equals the serial sum of the good vectors, and a vector with an
+    element outside the ring is excluded whichever half it falls in, its chunks already added taken back."""
+    from types import SimpleNamespace
+
+    from securefgl.protocols import _secaggplus_unmask
+    from securefgl.protocols._fields import PackedRing, _pack_narrow
+    from securefgl.protocols._prg import piece_bounds
+    from securefgl.protocols._secaggplus_unmask import ITEM_SPLIT_MIN, RunningSum
+
+    monkeypatch.setattr(_secaggplus_unmask, "UNPACK_CHUNK", 1024)  # a packed upload's first chunks pass first
+    n, bits, count = 3_000, 44 if packed else 28, 10
+    dtype = np.uint64 if packed else np.uint32
+    assert len(piece_bounds(n, np.dtype(dtype).itemsize, 2)) == 1 and count >= 2 * ITEM_SPLIT_MIN
+    rng = np.random.default_rng(2)
+    vecs = {c: rng.integers(0, 2**bits, n, dtype=dtype) for c in range(count)}
+    for c in bad:
+        vecs[c][n - 1] = 2**bits + 1
+    vectors: dict[int, object] = dict(vecs)
+    if packed:
+        for c, v in vecs.items():
+            raw = np.empty(n * 6, dtype=np.uint8)
+            _pack_narrow(v, 6, raw)
+            vectors[c] = PackedRing(memoryview(raw.tobytes()), 6, n, np.dtype(np.uint64))
+    good = [c for c in vecs if c not in bad]
+    mask = dtype(2**bits - 1)
+    for workers in (1, 2):
+        running = RunningSum(n, bits)
+        msgs = {c: SimpleNamespace(vector=v, ring_bits=bits) for c, v in vectors.items()}
+        assert running.add_all(msgs, workers) == sorted(bad)
+        expected = np.zeros(n, dtype=dtype)
+        for c in good:
+            expected += vecs[c]
+        assert np.array_equal(running.total & mask, expected & mask) and set(running.vectors) == set(good)
+
+
 #: The encodings of Curve25519's points of order 1, 2, 4 and 8 and their non-canonical forms (u + p), as
 #: little-endian u-coordinates (the list libsodium refuses).
 _P25519 = 2**255 - 19
