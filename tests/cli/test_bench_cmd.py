@@ -142,7 +142,7 @@ def test_cli_help_lists_protocols() -> None:
 def test_benchmark_drops_clients_at_their_upload_stage(name: str, phase: str) -> None:
     import numpy as np
 
-    from securefgl.benchmarking import _dropout_plan
+    from securefgl._bench_case import _dropout_plan
     from securefgl.protocols import get_protocol
 
     proto = get_protocol(name)
