@@ -324,6 +324,9 @@ class Reconstruction:
 UNPACK_CHUNK = 65536
 #: Vectors each of two threads must have before a sum that is not split by elements is split by vectors.
 ITEM_SPLIT_MIN = 4
+#: Bytes a vector must have before its sum is split by vectors (below, the hand-off costs more than it saves:
+#: the small sums of a round's evaluation counts stay on one thread).
+ITEM_SPLIT_MIN_BYTES = 1 << 16
 
 
 class RunningSum:
@@ -396,7 +399,12 @@ class RunningSum:
             """Items ``first`` to ``end - 1``: each piece of ``bounds`` on the thread that claims it, or, when the
             vector is not split (one range) and there are worker threads, the items halved between two threads,
             the second adding its half into an accumulator of its own (one hand-off instead of one per vector)."""
-            if len(bounds) == 1 and workers > 1 and end - first >= 2 * ITEM_SPLIT_MIN:
+            if (
+                len(bounds) == 1
+                and workers > 1
+                and end - first >= 2 * ITEM_SPLIT_MIN
+                and self.length * self.dtype.itemsize >= ITEM_SPLIT_MIN_BYTES
+            ):
                 lo, hi = bounds[0]
                 mid = (first + end) // 2
                 found: list[set[int]] = [set(), set()]

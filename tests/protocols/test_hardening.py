@@ -468,12 +468,17 @@ def test_running_sum_split_by_vectors_excludes_bad_vectors_of_either_half(
     from securefgl.protocols import _secaggplus_unmask
     from securefgl.protocols._fields import PackedRing, _pack_narrow
     from securefgl.protocols._prg import piece_bounds
-    from securefgl.protocols._secaggplus_unmask import ITEM_SPLIT_MIN, RunningSum
+    from securefgl.protocols._secaggplus_unmask import ITEM_SPLIT_MIN, ITEM_SPLIT_MIN_BYTES, RunningSum
 
     monkeypatch.setattr(_secaggplus_unmask, "UNPACK_CHUNK", 1024)  # a packed upload's first chunks pass first
-    n, bits, count = 3_000, 44 if packed else 28, 10
+    n, bits, count = 20_000, 44 if packed else 28, 10
     dtype = np.uint64 if packed else np.uint32
-    assert len(piece_bounds(n, np.dtype(dtype).itemsize, 2)) == 1 and count >= 2 * ITEM_SPLIT_MIN
+    size = np.dtype(dtype).itemsize
+    assert (
+        len(piece_bounds(n, size, 2)) == 1
+        and n * size >= ITEM_SPLIT_MIN_BYTES
+        and count >= 2 * ITEM_SPLIT_MIN
+    )
     rng = np.random.default_rng(2)
     vecs = {c: rng.integers(0, 2**bits, n, dtype=dtype) for c in range(count)}
     for c in bad:
