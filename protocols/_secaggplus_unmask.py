@@ -336,9 +336,10 @@ class RunningSum:
     elements are packed narrower than their word: :class:`~securefgl.protocols._fields.PackedRing`; no copy)
     are range-checked and added in one batch (:meth:`add_all`), the vector cut into pieces that the protocol's
     worker threads claim where that pays on this machine
-    (:class:`~securefgl.protocols._split_planner.SplitPlanner`), else the vectors halved between two threads, the
-    second summing into an accumulator of its own that is added once at the end (one hand-off instead of two per
-    vector: at 100 uploads of 100,000 words 5.4 against 6.3 ms on this project's VM, 2026-12-06). Each piece of
+    (:class:`~securefgl.protocols._split_planner.SplitPlanner`), else (vectors of :data:`ITEM_SPLIT_MIN_BYTES` or
+    more) the vectors halved between two threads, the second summing into an accumulator of its own that is added
+    once at the end (one hand-off instead of two per vector: at 100 uploads of 100,000 words 5.4 against 6.3 ms on
+    this project's VM, 2026-12-06). Each piece of
     each vector is (unpacked in chunks into a small buffer and) checked right before it is added, while it is in
     cache. :meth:`total_of` then removes the vectors of clients that did not end up among the survivors (rare:
     malformed replies, complaints).
